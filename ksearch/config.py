@@ -1,0 +1,83 @@
+"""Hydra structured configs: one dataclass per group, so a typo in an override is an error."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class TaskConfig:
+    name: str = "gqa_paged_decode_h32_kv4_d128_ps1"
+    dataset_dir: Optional[str] = None     # a local FlashInfer-Trace copy (read in a later version)
+
+
+@dataclass
+class LLMConfig:
+    kind: str = "offline"                 # offline | litellm
+    model: Optional[str] = None           # litellm model name, e.g. openai/gpt-5.2
+    temperature: Optional[float] = None
+    max_tokens: Optional[int] = None
+    timeout_s: float = 600.0
+    max_retries: int = 4
+    api_base: Optional[str] = None
+    edit_retries: int = 3                 # re-asks when an edit script is invalid
+
+
+@dataclass
+class SearchConfig:
+    max_rounds: int = 12                  # one round = one code request + one evaluation
+    stagnation_window: int = 2            # non-improving attempts that end a cycle
+    max_rounds_per_cycle: int = 3         # hard cap on a cycle's length
+    max_difficulty: int = 4               # selection cap; never raised by the search
+    max_failed_cycles: int = 2            # a node with this many failed cycles is retired
+    max_new_nodes: int = 3                # per edit script (the initial world model may add up to 8)
+    improvement_margin: float = 0.01      # relative gain that counts as an improvement
+    explore_weight: float = 0.35          # bonus for actions in little-tried kernel families (0 = greedy)
+    seed_solution: Optional[str] = None   # a kernel file to evaluate first and attach to the root
+
+
+@dataclass
+class EvalConfig:
+    device: str = "auto"                  # auto | cpu | cuda
+    workloads: str = "auto"               # auto (tiny on CPU, feedback on GPU) | tiny | feedback | full
+    timeout_s: float = 300.0
+    warmup: int = 10                      # GPU; on the CPU interpreter 1
+    iterations: int = 50                  # GPU; on the CPU interpreter 3
+    cpu_warmup: int = 0
+    cpu_iterations: int = 1
+
+
+@dataclass
+class RunConfig:
+    dir: Optional[str] = None             # default runs/<task>/<timestamp>
+    seed: int = 0                         # input synthesis seed
+    live: bool = True                     # live progress display
+
+
+@dataclass
+class Config:
+    task: TaskConfig = field(default_factory=TaskConfig)
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+
+def register_configs(task_names: list[str]) -> None:
+    """Schemas for every group, plus one `task` option per task folder so `task=<name>` just works."""
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    cs.store(group="llm", name="llm_schema", node=LLMConfig)
+    cs.store(group="search", name="search_schema", node=SearchConfig)
+    cs.store(group="eval", name="eval_schema", node=EvalConfig)
+    for name in task_names:
+        cs.store(group="task", name=name, node=TaskConfig(name=name))
+
+
+def to_plain(cfg: Any) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

@@ -1,0 +1,86 @@
+"""Correctness rules: shape, dtype, finiteness, then FlashInfer-Bench's element rule.
+
+An element fails only where |x - y| > atol AND |x - y| / (|y| + 1e-8) > rtol (passing either test is
+enough). An output passes when the fraction of passing elements is at least `required_matched_ratio`.
+Pure torch; no imports beyond it, so worker processes stay light.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class CheckResult:
+    status: str                       # PASSED | INCORRECT_SHAPE | INCORRECT_DTYPE | INCORRECT_NUMERICAL
+    message: str = ""
+    max_abs_error: float = 0.0
+    max_rel_error: float = 0.0
+    matched_ratio: float = 1.0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "PASSED"
+
+
+def normalize_outputs(result: Any, output_names: list[str]) -> list[Any]:
+    """Accept one tensor, a tuple/list in output order, or a dict keyed by output name."""
+    if isinstance(result, dict):
+        missing = [n for n in output_names if n not in result]
+        if missing:
+            raise ValueError(f"returned dict lacks outputs {missing}")
+        return [result[n] for n in output_names]
+    if isinstance(result, (tuple, list)):
+        if len(result) != len(output_names):
+            raise ValueError(f"returned {len(result)} values, expected {len(output_names)} ({output_names})")
+        return list(result)
+    if len(output_names) == 1:
+        return [result]
+    raise ValueError(f"returned a single {type(result).__name__}, expected {len(output_names)} outputs {output_names}")
+
+
+def check_outputs(got: list[Any], want: list[Any], names: list[str], *, atol: float, rtol: float,
+                  required_matched_ratio: float = 1.0) -> CheckResult:
+    worst = CheckResult("PASSED")
+    for name, x, y in zip(names, got, want):
+        if not isinstance(x, torch.Tensor):
+            return CheckResult("INCORRECT_SHAPE", f"{name}: expected a tensor, got {type(x).__name__}")
+        if tuple(x.shape) != tuple(y.shape):
+            return CheckResult("INCORRECT_SHAPE", f"{name}: shape {tuple(x.shape)}, expected {tuple(y.shape)}")
+        if x.dtype != y.dtype:
+            return CheckResult("INCORRECT_DTYPE", f"{name}: dtype {x.dtype}, expected {y.dtype}")
+        xf = x.detach().to(torch.float32).cpu()
+        yf = y.detach().to(torch.float32).cpu()
+        if xf.numel() == 0:
+            continue
+        finite = torch.isfinite(xf)
+        # Where the reference itself is -inf (an empty sequence's lse) the same value is right.
+        same_inf = torch.isinf(yf) & (xf == yf)
+        bad_nonfinite = ~(finite | same_inf)
+        if bool(bad_nonfinite.any()):
+            n = int(bad_nonfinite.sum())
+            return CheckResult("INCORRECT_NUMERICAL", f"{name}: {n} non-finite values (NaN/Inf)",
+                               float("inf"), float("inf"), 0.0)
+        diff = (xf - yf).abs()
+        rel = diff / (yf.abs() + 1e-8)
+        # Where the reference is not finite only the identical value is right (rel would be NaN there).
+        ref_odd = ~torch.isfinite(yf)
+        diff = torch.where(same_inf, torch.zeros_like(diff), torch.where(ref_odd, torch.full_like(diff, float("inf")), diff))
+        rel = torch.where(same_inf, torch.zeros_like(rel), torch.where(ref_odd, torch.full_like(rel, float("inf")), rel))
+        failed = (diff > atol) & (rel > rtol)
+        ratio = 1.0 - float(failed.sum()) / failed.numel()
+        worst.max_abs_error = max(worst.max_abs_error, float(diff.max()))
+        worst.max_rel_error = max(worst.max_rel_error, float(rel.max()))
+        worst.matched_ratio = min(worst.matched_ratio, ratio)
+        if ratio < required_matched_ratio:
+            first = tuple(int(i) for i in failed.nonzero()[0].tolist())
+            worst.status = "INCORRECT_NUMERICAL"
+            worst.message = (f"{name}: {int(failed.sum())} of {failed.numel()} elements outside atol={atol} "
+                             f"and rtol={rtol} (matched {ratio:.6f} < {required_matched_ratio}); first at {first}: "
+                             f"got {float(xf[first]):.6g}, expected {float(yf[first]):.6g}")
+            return worst
+    return worst

@@ -1,0 +1,237 @@
+"""The built-in offline model: no network, deterministic, driven by the task's strategy catalog.
+
+It answers the three requests the way a careful engineer with a playbook would:
+- initial world model: one depth-1 node per kernel family, ranked by the catalog's priors;
+- tree edits: after a measured kernel it re-rates the node from the evidence, raises or lowers the
+  family's open actions by how the family measures against the best so far, and proposes the next
+  tactics (catalog tactics first, then single-knob moves) as children; after a failed cycle it lowers
+  the action's score and confidence and raises its difficulty;
+- code: renders the family's template with the knob settings of the base kernel plus the step's
+  changes; debug/improve attempts try the nearest untried knob move from the cycle's best kernel.
+Every kernel it writes starts with a `# ksearch-plan:` header recording its family and knobs, which is
+how it reads back what a base kernel was.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from ksearch.llm.base import ModelReply, ModelRequest
+from ksearch.llm.catalog import Catalog, Family, load_catalog
+from ksearch.task import load_task
+
+PLAN_HEADER = "# ksearch-plan: "
+_HEADER_RE = re.compile(r"^# ksearch-plan: (\{.*\})\s*$", re.MULTILINE)
+
+
+def read_plan_header(code: str | None) -> dict[str, Any] | None:
+    if not code:
+        return None
+    m = _HEADER_RE.search(code)
+    if not m:
+        return None
+    try:
+        plan = json.loads(m.group(1))
+    except json.JSONDecodeError:
+        return None
+    return plan if isinstance(plan, dict) and "family" in plan else None
+
+
+def knob_moves(family: Family, knobs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Single-knob moves to the neighbouring listed values, in catalog order."""
+    moves = []
+    for k in family.knobs.values():
+        cur = knobs.get(k.name, k.default)
+        i = k.values.index(cur) if cur in k.values else k.values.index(k.default)
+        for j in (i + 1, i - 1):
+            if 0 <= j < len(k.values):
+                moves.append({k.name: k.values[j]})
+    return moves
+
+
+def valid_knobs(family: Family, knobs: dict[str, Any]) -> dict[str, Any]:
+    """The family's defaults overridden by those of `knobs` that the catalog lists (a base kernel written
+    elsewhere may carry settings the catalog does not know; they are ignored, not trusted)."""
+    out = family.defaults()
+    out.update({k: v for k, v in knobs.items() if k in family.knobs and v in family.knobs[k].values})
+    return out
+
+
+class OfflineModel:
+    """Deterministic catalog-driven model. `name` appears in the journal and on solutions."""
+
+    name = "offline"
+
+    def __init__(self, max_new_nodes: int = 3):
+        self.max_new_nodes = max_new_nodes
+        self._catalogs: dict[str, Catalog] = {}
+
+    def catalog(self, task: str) -> Catalog:
+        if task not in self._catalogs:
+            t = load_task(task)
+            self._catalogs[task] = load_catalog(t.strategies_dir, task)
+        return self._catalogs[task]
+
+    def complete(self, request: ModelRequest) -> ModelReply:
+        ctx = request.context
+        cat = self.catalog(ctx["task"])
+        if request.kind == "init":
+            text = json.dumps(self._init(cat, ctx), indent=1)
+        elif request.kind == "edit":
+            text = json.dumps(self._edit(cat, request.purpose, ctx), indent=1)
+        elif request.kind == "code":
+            text = "```python\n" + self._code(cat, ctx) + "```\n"
+        else:
+            raise ValueError(f"offline model cannot answer a {request.kind!r} request")
+        return ModelReply(text=text, model=self.name)
+
+    # ---- initial world model -------------------------------------------------------------------
+    def _init(self, cat: Catalog, ctx: dict[str, Any]) -> dict[str, Any]:
+        ops = []
+        for fam in sorted(cat.families, key=lambda f: -f.prior.score):
+            p = fam.prior
+            ops.append({"op": "insert_node", "parent_id": "root", "node": {
+                "node_id": f"fam_{fam.name}",
+                "decision": "kernel family", "choice": fam.title,
+                "rating": p.rating, "confidence": p.confidence,
+                "notes": fam.description.strip(),
+                "action": {"title": f"Implement {fam.title}", "description": fam.description.strip(),
+                           "rationale": "catalog family, default knobs", "difficulty": p.difficulty,
+                           "score": p.score, "expected_speedup": p.expected_speedup,
+                           "params": {"family": fam.name, "set": {}}},
+            }})
+        summary = (f"{ctx['task']}: {len(cat.families)} candidate families from the strategy catalog "
+                   f"({', '.join(f.name for f in cat.families)}). Beliefs start at the catalog priors and "
+                   f"move with each measurement.")
+        questions = ["Which family is fastest across the workload mix?",
+                     "How much does tile size matter once the family is fixed?",
+                     "Is the kernel latency-bound (small batches) or bandwidth-bound (large ones)?"]
+        return {"kernel_summary": summary, "open_questions": questions, "ops": ops}
+
+    # ---- tree edits ----------------------------------------------------------------------------
+    def _edit(self, cat: Catalog, purpose: str, ctx: dict[str, Any]) -> dict[str, Any]:
+        wm = ctx["world_model"]
+        nodes = {n["node_id"]: n for n in wm["nodes"] if not n["pruned"]}
+        best = ctx.get("best_score")
+        ops: list[dict[str, Any]] = []
+        budget = self.max_new_nodes
+        if purpose == "after_success":
+            node = nodes[ctx["node_id"]]
+            score = ctx["score"]
+            plan = read_plan_header(ctx.get("node_code")) or {}
+            ops.append({"op": "update_node", "node_id": node["node_id"], "patch": self._rerate(node, score, best, ctx)})
+            ops += self._family_beliefs(nodes, plan.get("family"), score, best)
+            ops += self._children(cat, nodes, node, plan, score, budget)
+        elif purpose == "after_failure":
+            node = nodes[ctx["node_id"]]
+            act = node["action"] or {}
+            ops.append({"op": "update_node", "node_id": node["node_id"], "patch": {
+                "confidence": round(max(0.05, node["confidence"] * 0.6), 3),
+                "rating": round(max(0.0, node["rating"] - 1.5), 3),
+                "notes": (node["notes"] + f"\nFAILED cycle: {ctx.get('failure', 'no passing kernel')[:300]}").strip(),
+                "action": {"score": round(act.get("score", 0.5) * 0.5, 4),
+                           "difficulty": min(5, int(act.get("difficulty", 3)) + 1)}}})
+        elif purpose == "propose":
+            target = nodes.get(ctx.get("best_node_id") or "")
+            if target is not None:
+                plan = read_plan_header(ctx.get("best_code")) or {}
+                score = (target.get("solution") or {}).get("score") or 0.0
+                ops += self._children(cat, nodes, target, plan, score, budget)
+        return {"ops": ops}
+
+    @staticmethod
+    def _rerate(node: dict[str, Any], score: float, best: float | None, ctx: dict[str, Any]) -> dict[str, Any]:
+        ref = max(best or score, score, 1e-12)
+        rating = 10.0 * min(1.0, score / ref) ** 0.5 * min(1.0, 0.5 + 0.5 * min(score, 1.0))
+        parent_score = ctx.get("parent_score")
+        delta = f" ({score / parent_score:.2f}x the parent)" if parent_score else ""
+        predicted = (node.get("action") or {}).get("expected_speedup")
+        gap = f"; predicted {predicted:.3g}, measured {score:.3g}" if predicted else ""
+        return {"rating": round(max(0.0, min(10.0, rating)), 3),
+                "confidence": round(min(0.95, node["confidence"] + 0.25), 3),
+                "notes": (node["notes"] + f"\nMEASURED score {score:.4g}{delta}{gap}").strip()}
+
+    @staticmethod
+    def _family_beliefs(nodes: dict[str, Any], family: str | None, score: float,
+                        best: float | None) -> list[dict[str, Any]]:
+        """Open actions of a family that measures well gain priority; of one that lags, lose it."""
+        if not family or not best:
+            return []
+        strength = min(1.0, score / best)
+        ops = []
+        for n in nodes.values():
+            act = n.get("action")
+            if not act or n.get("solution") or n.get("retired"):
+                continue
+            if act.get("params", {}).get("family") == family:
+                new = round(min(1.0, max(0.01, act["score"] * (0.6 + 0.4 * strength))), 4)
+                if abs(new - act["score"]) > 1e-4:
+                    ops.append({"op": "update_node", "node_id": n["node_id"], "patch": {"action": {"score": new}}})
+        return ops
+
+    def _children(self, cat: Catalog, nodes: dict[str, Any], parent: dict[str, Any], plan: dict[str, Any],
+                  score: float, budget: int) -> list[dict[str, Any]]:
+        """Up to `budget` next steps under a closed node: untried catalog tactics, then single-knob moves."""
+        fam_name = plan.get("family") or (parent.get("action") or {}).get("params", {}).get("family")
+        if not fam_name:
+            return []
+        fam = cat.family(fam_name)
+        knobs = valid_knobs(fam, plan.get("knobs", {}) if plan.get("family") == fam_name else {})
+        existing = [(n.get("action") or {}).get("params", {}) for n in nodes.values()
+                    if n.get("parent_id") == parent["node_id"]]
+        taken = {json.dumps(p.get("set", {}), sort_keys=True) for p in existing}
+        candidates = []
+        for t in fam.tactics:
+            change = {k: v for k, v in t.settings.items() if knobs.get(k) != v}
+            if change:
+                candidates.append((t.prior.score, t.title, t.rationale, change, t.prior))
+        for move in knob_moves(fam, knobs):
+            (k, v), = move.items()
+            candidates.append((0.3, f"Retune {k} to {v}", "single-knob move from the measured kernel", move, None))
+        ops = []
+        for prior_score, title, rationale, change, prior in sorted(candidates, key=lambda c: -c[0]):
+            key = json.dumps(change, sort_keys=True)
+            if key in taken:
+                continue
+            taken.add(key)
+            gain = prior.expected_speedup if prior else 1.02
+            ops.append({"op": "insert_node", "parent_id": parent["node_id"], "node": {
+                "decision": "next step", "choice": title,
+                "rating": round(min(10.0, 5.0 + 2.0 * math.tanh(score)), 3),
+                "confidence": prior.confidence if prior else 0.3,
+                "action": {"title": title, "rationale": rationale,
+                           "description": "set " + ", ".join(f"{k}={v}" for k, v in change.items()),
+                           "difficulty": prior.difficulty if prior else 1,
+                           "score": round(min(1.0, prior_score), 4),
+                           "expected_speedup": round(score * gain, 4) if score else None,
+                           "params": {"family": fam.name, "set": change}},
+            }})
+            if len(ops) >= budget:
+                break
+        return ops
+
+    # ---- code ----------------------------------------------------------------------------------
+    def _code(self, cat: Catalog, ctx: dict[str, Any]) -> str:
+        params = ctx.get("action_params") or {}
+        base = read_plan_header(ctx.get("base_code"))
+        fam_name = params.get("family") or (base or {}).get("family") or cat.families[0].name
+        fam = cat.family(fam_name)
+        knobs = valid_knobs(fam, base.get("knobs", {}) if base and base.get("family") == fam_name else {})
+        knobs = valid_knobs(fam, {**knobs, **params.get("set", {})})
+        if ctx.get("mode") in ("debug", "improve"):
+            start = read_plan_header(ctx.get("cycle_best_code")) if ctx.get("mode") == "improve" else None
+            if start and start.get("family") == fam_name:
+                knobs = valid_knobs(fam, start.get("knobs", {}))
+            tried = [read_plan_header(c) for c in ctx.get("cycle_codes", [])]
+            tried_keys = {json.dumps(t.get("knobs", {}), sort_keys=True) for t in tried if t}
+            for move in knob_moves(fam, knobs):
+                cand = {**knobs, **move}
+                if json.dumps(cand, sort_keys=True) not in tried_keys:
+                    knobs = cand
+                    break
+        source = cat.render(fam_name, knobs)
+        header = PLAN_HEADER + json.dumps({"family": fam_name, "knobs": knobs}, sort_keys=True) + "\n"
+        return header + source

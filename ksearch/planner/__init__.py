@@ -1,0 +1,1 @@
+"""Selection policy, action cycles and the search loop."""

@@ -1,0 +1,70 @@
+"""The run directory: resolved config, journal, solutions, and best/ with the best kernel and its report."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from ksearch.instantiate.solution import Solution
+
+
+def default_run_dir(task: str, root: Path = Path("runs")) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = root / task / stamp
+    k = 1
+    while path.exists():
+        path = root / task / f"{stamp}-{k}"
+        k += 1
+    return path
+
+
+class RunDir:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    @property
+    def journal_path(self) -> Path:
+        return self.path / "journal.jsonl"
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.yaml"
+
+    def create(self, config_yaml: str) -> None:
+        if self.journal_path.exists() and self.journal_path.stat().st_size > 0:
+            raise FileExistsError(f"{self.path} already holds a run; use `ksearch resume {self.path}` to continue "
+                                  f"it, or pick another run.dir")
+        (self.path / "solutions").mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(config_yaml)
+
+    def exists(self) -> bool:
+        return self.journal_path.exists() and self.config_path.exists()
+
+    def save_solution(self, solution: Solution) -> Path:
+        d = self.path / "solutions"
+        d.mkdir(parents=True, exist_ok=True)
+        sid = solution.solution_id
+        code_path = d / f"{sid}.py"
+        if not code_path.exists():
+            code_path.write_text(solution.main_source)
+            (d / f"{sid}.json").write_text(json.dumps(solution.to_json(), indent=1))
+        return code_path
+
+    def load_solution(self, solution_id: str) -> Solution:
+        return Solution.from_json(json.loads((self.path / "solutions" / f"{solution_id}.json").read_text()))
+
+    def write_best(self, solution: Solution, report: dict[str, Any], node_id: str) -> None:
+        best = self.path / "best"
+        best.mkdir(parents=True, exist_ok=True)
+        tmp = best / "solution.py.tmp"
+        tmp.write_text(solution.main_source)
+        tmp.replace(best / "solution.py")
+        (best / "solution.json").write_text(json.dumps(solution.to_json(), indent=1))
+        (best / "report.json").write_text(json.dumps({"node_id": node_id, **report}, indent=1, default=str))
+
+    def write_tree(self, tree: dict[str, Any]) -> None:
+        tmp = self.path / "tree.json.tmp"
+        tmp.write_text(json.dumps(tree, indent=1, default=str))
+        tmp.replace(self.path / "tree.json")

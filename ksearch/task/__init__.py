@@ -1,0 +1,10 @@
+"""Tasks: a kernel definition, its workloads, its reference, its baseline and its strategy catalog."""
+
+from ksearch.task.definition import Definition, TensorSpec
+from ksearch.task.workload import Workload, Correctness
+from ksearch.task.registry import Task, load_task, list_tasks, tasks_dir, UnknownTaskError
+
+__all__ = [
+    "Definition", "TensorSpec", "Workload", "Correctness", "Task", "load_task", "list_tasks",
+    "tasks_dir", "UnknownTaskError",
+]

@@ -1,0 +1,39 @@
+"""Synthesis of valid paged-KV index tensors (page size 1): random, non-contiguous page ids."""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+
+def stable_generator(key: str) -> torch.Generator:
+    """A CPU generator seeded from a string, for workload layouts that must never change."""
+    seed = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little")
+    return torch.Generator().manual_seed(seed)
+
+
+def split_lengths(total: int, batch: int, gen: torch.Generator, min_len: int = 1) -> list[int]:
+    """Split `total` tokens over `batch` sequences, each at least `min_len`, unevenly but not wildly so."""
+    if batch <= 0 or total < batch * min_len:
+        raise ValueError(f"cannot split {total} tokens over {batch} sequences of at least {min_len}")
+    weights = 0.5 + torch.rand(batch, generator=gen, dtype=torch.float64)
+    spare = total - batch * min_len
+    shares = torch.floor(weights / weights.sum() * spare).to(torch.int64)
+    remainder = spare - int(shares.sum())
+    order = torch.argsort(weights, descending=True)
+    shares[order[:remainder]] += 1
+    lens = (shares + min_len).tolist()
+    assert sum(lens) == total
+    return [int(x) for x in lens]
+
+
+def paged_indices(kv_lens: list[int], num_pages: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """kv_indptr (prefix sums) and kv_indices (distinct random page ids) as int32 CPU tensors."""
+    total = sum(kv_lens)
+    if total > num_pages:
+        raise ValueError(f"{total} tokens do not fit in {num_pages} pages")
+    indptr = torch.zeros(len(kv_lens) + 1, dtype=torch.int32)
+    indptr[1:] = torch.cumsum(torch.tensor(kv_lens, dtype=torch.int64), 0).to(torch.int32)
+    indices = torch.randperm(num_pages, generator=gen)[:total].to(torch.int32)
+    return indptr, indices

@@ -1,0 +1,126 @@
+"""Find task folders under tasks/ and load them into typed Task objects."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+import yaml
+
+from ksearch import PROJECT_ROOT
+from ksearch.task.definition import Definition, load_definition
+from ksearch.task.workload import Correctness, Workload
+
+
+class UnknownTaskError(LookupError):
+    """Raised with the list of known tasks so the user can fix the name."""
+
+
+def tasks_dir() -> Path:
+    """`KSEARCH_TASKS_DIR` if set, else the checkout's tasks/ folder."""
+    env = os.environ.get("KSEARCH_TASKS_DIR")
+    return Path(env) if env else PROJECT_ROOT / "tasks"
+
+
+def list_tasks(root: Path | None = None) -> list[str]:
+    root = root or tasks_dir()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "definition.json").is_file())
+
+
+def _import_file(module_name: str, path: Path) -> ModuleType:
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return mod
+
+
+@dataclass
+class Task:
+    """Everything the evaluator and the offline model need to know about one kernel."""
+
+    name: str
+    dir: Path
+    definition: Definition
+    correctness: Correctness
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def _module(self, stem: str) -> ModuleType:
+        return _import_file(f"ksearch_tasks.{self.name}.{stem}", self.dir / f"{stem}.py")
+
+    @cached_property
+    def workloads_module(self) -> ModuleType:
+        return self._module("workloads")
+
+    def workload_sets(self) -> dict[str, list[Workload]]:
+        return self.workloads_module.workload_sets()
+
+    def workload_set(self, name: str) -> list[Workload]:
+        sets = self.workload_sets()
+        if name not in sets:
+            raise KeyError(f"task {self.name} has no workload set {name!r}; it has {sorted(sets)}")
+        return sets[name]
+
+    def make_inputs(self, workload: Workload, *, device: str, seed: int) -> dict[str, Any]:
+        """Inputs in definition order, synthesised deterministically from `seed`."""
+        inputs = self.workloads_module.make_inputs(workload, device=device, seed=seed)
+        names = self.definition.input_names
+        if list(inputs) != names:
+            raise ValueError(f"{self.name}: make_inputs returned {list(inputs)}, expected {names}")
+        return inputs
+
+    def traffic_bytes(self, workload: Workload) -> int | None:
+        """The fewest bytes a kernel must move for this workload (for bandwidth reporting), if known."""
+        fn = getattr(self.workloads_module, "traffic_bytes", None)
+        return int(fn(workload)) if fn else None
+
+    @cached_property
+    def reference(self) -> Callable[..., Any]:
+        namespace: dict[str, Any] = {"__name__": f"ksearch_tasks.{self.name}.reference"}
+        exec(compile(self.definition.reference, str(self.dir / "reference.py"), "exec"), namespace)
+        return namespace["run"]
+
+    def baselines(self) -> dict[str, Callable[[dict[str, Any]], Callable[[], Any]]]:
+        """Baseline factories by name (GPU only): factory(inputs) plans once, returns a zero-arg call."""
+        path = self.dir / "baseline.py"
+        if not path.exists():
+            return {}
+        return dict(self._module("baseline").BASELINES)
+
+    @property
+    def strategies_dir(self) -> Path:
+        return self.dir / "strategies"
+
+    def default_workload_set(self, on_gpu: bool) -> str:
+        return self.meta.get("default_sets", {}).get("gpu" if on_gpu else "cpu", "feedback" if on_gpu else "tiny")
+
+
+def load_task(name: str, root: Path | None = None) -> Task:
+    root = root or tasks_dir()
+    task_dir = root / name
+    if not (task_dir / "definition.json").is_file():
+        known = ", ".join(list_tasks(root)) or "(none)"
+        raise UnknownTaskError(f"unknown task {name!r}; known tasks: {known}. `ksearch tasks` lists them.")
+    definition = load_definition(task_dir)
+    if definition.name != name:
+        raise UnknownTaskError(f"{task_dir}/definition.json names {definition.name!r}, not {name!r}")
+    meta_path = task_dir / "task.yaml"
+    meta = yaml.safe_load(meta_path.read_text()) if meta_path.exists() else {}
+    corr = Correctness(**(meta.get("correctness") or {}))
+    return Task(name=name, dir=task_dir, definition=definition, correctness=corr, meta=meta)

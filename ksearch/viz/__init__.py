@@ -1,0 +1,1 @@
+"""Terminal views: the plan tree (`ksearch show`) and live run progress."""

@@ -1,0 +1,93 @@
+"""Plan nodes: one optimisation decision each, with beliefs, an optional action and a system-owned result."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Action:
+    """A proposed next step. `params` is machine-readable (e.g. family and knob settings for templates)."""
+
+    title: str
+    description: str = ""
+    rationale: str = ""
+    difficulty: int = 3                 # 1 easiest .. 5 hardest
+    score: float = 0.5                  # priority, 0..1
+    expected_speedup: float | None = None   # predicted vs-baseline factor once applied
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AttachedSolution:
+    """Written only by the planner when a cycle closes a node; never by an edit script."""
+
+    solution_id: str
+    parent_solution_id: str | None
+    round_index: int
+    status: str
+    score: float | None
+    latency_ms: float | None = None
+    score_name: str = "geomean_speedup"
+
+
+@dataclass
+class Node:
+    node_id: str
+    parent_id: str | None
+    decision: str | None = None
+    choice: str | None = None
+    rating: float = 5.0                 # 0..10, quality of the plan root -> here
+    confidence: float = 0.4             # 0..1
+    impacts: dict[str, float] = field(default_factory=dict)   # e.g. memory_bandwidth: 0..10
+    action: Action | None = None
+    notes: str = ""
+    # system-owned
+    solution: AttachedSolution | None = None
+    attempts: int = 0
+    failed_cycles: int = 0
+    pruned: bool = False
+    retired: bool = False
+    created_round: int = 0
+
+    @property
+    def is_root(self) -> bool:
+        return self.parent_id is None
+
+    @property
+    def is_closed(self) -> bool:
+        return self.solution is not None
+
+    @property
+    def is_open_action(self) -> bool:
+        return self.action is not None and self.solution is None and not self.pruned and not self.retired
+
+    @property
+    def status(self) -> str:
+        if self.pruned:
+            return "pruned"
+        if self.solution is not None:
+            return "closed"
+        if self.retired:
+            return "failed"
+        if self.action is not None:
+            return "open"
+        return "decision"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> "Node":
+        d = dict(d)
+        if d.get("action") is not None:
+            d["action"] = Action(**d["action"])
+        if d.get("solution") is not None:
+            d["solution"] = AttachedSolution(**d["solution"])
+        return Node(**d)
+
+
+#: Fields an edit script may set on a node (everything else is system-owned).
+EDITABLE_FIELDS = ("decision", "choice", "rating", "confidence", "impacts", "action", "notes")
+ACTION_FIELDS = tuple(Action.__dataclass_fields__)

@@ -1,0 +1,163 @@
+"""The search loop with the offline model and a scripted evaluator: cycles, bests, failures, resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from ksearch.config import Config
+from ksearch.eval.report import BaselineTimes, EvalReport, WorkloadResult
+from ksearch.llm.offline import OfflineModel, read_plan_header
+from ksearch.planner.search import Search
+from ksearch.store import Journal, RunDir
+from ksearch.task import load_task
+
+TASK = "gqa_paged_decode_h32_kv4_d128_ps1"
+
+
+class ScriptedEvaluator:
+    """Scores a kernel by its plan header: deterministic, instant, no kernels run."""
+
+    def __init__(self, judge, crash_at=None):
+        self.judge, self.crash_at, self.calls = judge, crash_at, []
+
+    def measure_baselines(self, workloads):
+        return BaselineTimes("cpu", {"reference": {w.name: 1.0 for w in workloads}}, "scripted")
+
+    def evaluate(self, source, solution_id, workloads, baseline):
+        if self.crash_at is not None and len(self.calls) + 1 == self.crash_at:
+            raise KeyboardInterrupt("simulated kill")
+        self.calls.append(solution_id)
+        plan = read_plan_header(source)
+        status, score = self.judge(plan)
+        if status != "PASSED":
+            return EvalReport(solution_id, status, "cpu", [WorkloadResult(workloads[0].name, status, "scripted")])
+        r = EvalReport(solution_id, "PASSED", "cpu", [WorkloadResult(w.name, "PASSED", latency_ms=1 / score)
+                                                       for w in workloads])
+        r.score, r.score_name, r.baseline = score, "geomean_speedup", baseline.label
+        return r
+
+
+def by_block(plan):
+    """Larger tiles are faster; grouped_heads is slower; one knob value always breaks."""
+    knobs = plan["knobs"]
+    if knobs.get("num_warps") == 2:
+        return "INCORRECT_NUMERICAL", None
+    base = 1.0 if plan["family"] == "split_kv" else 0.6
+    return "PASSED", base * (1 + knobs.get("BLOCK_N", 32) / 256)
+
+
+def make_search(tmp_path, judge, crash_at=None, **search_over):
+    cfg = OmegaConf.merge(OmegaConf.structured(Config), {"search": search_over})
+    task = load_task(TASK)
+    run = RunDir(tmp_path / "run")
+    if not run.exists():
+        run.create(OmegaConf.to_yaml(cfg))
+    journal = Journal(run.journal_path, fsync=False)
+    ev = ScriptedEvaluator(judge, crash_at)
+    s = Search(cfg, task, OfflineModel(cfg.search.max_new_nodes), ev, run, journal,
+               task.workload_set("tiny"), "tiny", "cpu")
+    return s, ev, journal
+
+
+def _kinds(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def test_search_uses_its_round_budget_and_returns_the_global_best(tmp_path):
+    s, ev, j = make_search(tmp_path, by_block, max_rounds=8)
+    out = s.run()
+    j.close()
+    assert out.evaluations == 8 == len(ev.calls)
+    recs = _kinds(s.run_dir.journal_path)
+    scores = [r["value"]["score"] for r in recs if r["kind"] == "evaluation" and r["value"]["score"]]
+    assert out.best.score == max(scores)
+    assert (tmp_path / "run" / "best" / "solution.py").exists()
+    assert read_plan_header((tmp_path / "run" / "best" / "solution.py").read_text())["family"] == "split_kv"
+
+
+def test_cycle_ends_on_stagnation_and_is_capped(tmp_path):
+    flat = lambda plan: ("PASSED", 1.0)           # nothing ever improves within a cycle
+    s, ev, j = make_search(tmp_path, flat, max_rounds=6, stagnation_window=1, max_rounds_per_cycle=5)
+    s.run()
+    j.close()
+    selects = [r for r in _kinds(s.run_dir.journal_path) if r["kind"] == "select"]
+    assert len(selects) == 3          # attempt 1 passes, attempt 2 does not improve -> 2 rounds per cycle
+    s2, ev2, j2 = make_search(tmp_path / "b", by_block, max_rounds=6, stagnation_window=9, max_rounds_per_cycle=2)
+    s2.run()
+    j2.close()
+    assert len([r for r in _kinds(s2.run_dir.journal_path) if r["kind"] == "select"]) == 3
+
+
+def test_failed_cycles_are_counted_and_retire_the_node(tmp_path):
+    broken = lambda plan: ("RUNTIME_ERROR", None) if plan["family"] == "split_kv" else ("PASSED", 0.5)
+    s, ev, j = make_search(tmp_path, broken, max_rounds=10, max_failed_cycles=1, max_rounds_per_cycle=2)
+    out = s.run()
+    j.close()
+    node = out.world_model.node("fam_split_kv")
+    assert node.failed_cycles == 1 and node.status == "failed"
+    assert out.best is not None and out.world_model.path(out.best.node_id)[1].node_id == "fam_grouped_heads"
+
+
+def test_seed_is_eligible_as_best(tmp_path):
+    seed = tmp_path / "seed.py"
+    seed.write_text('# ksearch-plan: {"family": "split_kv", "knobs": {"BLOCK_N": 999}}\ndef run(*a):\n    pass\n')
+    judge = lambda plan: ("PASSED", 50.0) if plan["knobs"].get("BLOCK_N") == 999 else by_block(plan)
+    s, ev, j = make_search(tmp_path, judge, max_rounds=3, seed_solution=str(seed))
+    out = s.run()
+    j.close()
+    assert out.best.node_id == "root" and out.best.score == 50.0
+
+
+def test_resume_after_a_crash_redoes_nothing(tmp_path):
+    s, ev, j = make_search(tmp_path / "full", by_block, max_rounds=6)
+    s.run()
+    j.close()
+    full_calls = list(ev.calls)
+
+    s, ev, j = make_search(tmp_path / "cut", by_block, crash_at=4, max_rounds=6)
+    with pytest.raises(KeyboardInterrupt):
+        s.run()
+    j.close()
+    first = list(ev.calls)
+    assert len(first) == 3
+    s, ev, j = make_search(tmp_path / "cut", by_block, max_rounds=6)
+    s.run()
+    j.close()
+    assert first + ev.calls == full_calls          # the same candidates, none evaluated twice
+    evals = [r["key"] for r in _kinds(tmp_path / "cut" / "run" / "journal.jsonl") if r["kind"] == "evaluation"]
+    assert len(evals) == len(set(evals)) == 6
+
+
+@pytest.mark.slow
+def test_cli_run_killed_in_round_three_then_resumed(tmp_path):
+    """The product check: SIGKILL during round 3, `ksearch resume`, same evaluation count, none twice."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    run_dir = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "ksearch.cli"]
+    proc = subprocess.Popen(cmd + ["run", f"run.dir={run_dir}", "search.max_rounds=4"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    journal = run_dir / "journal.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        if journal.exists() and journal.read_text().count('"kind":"evaluation"') >= 2:
+            break
+        time.sleep(0.2)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = journal.read_text().count('"kind":"evaluation"')
+    assert before == 2
+    done = subprocess.run(cmd + ["resume", str(run_dir)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    keys = [r["key"] for r in _kinds(journal) if r["kind"] == "evaluation"]
+    assert len(keys) == 4 and len(set(keys)) == 4
+    assert (run_dir / "best" / "solution.py").exists()
+    shown = subprocess.run(cmd + ["show", str(run_dir)], env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "best" in shown.stdout
