@@ -165,6 +165,12 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from ksearch.bench import main as bench_main
+
+    return bench_main(args.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ksearch", description="World-model guided search for fast GPU kernels.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -186,6 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("overrides", nargs="*")
     e.add_argument("--json", action="store_true", help="also print the full report as JSON")
     e.set_defaults(fn=cmd_eval)
+    b = sub.add_parser("bench", help="time reference, baselines and kernels per workload (see --help)",
+                       add_help=False)
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    b.set_defaults(fn=cmd_bench)
     t = sub.add_parser("tasks", help="list tasks and their workload sets")
     t.set_defaults(fn=cmd_tasks)
     return p

@@ -134,10 +134,11 @@ class Evaluator:
         report.elapsed_s = time.perf_counter() - t0
         return score_report(report, baseline) if baseline is not None else report
 
-    def measure_baselines(self, workloads: list[Workload]) -> BaselineTimes:
+    def measure_baselines(self, workloads: list[Workload], time_reference: bool = False) -> BaselineTimes:
         s = self.settings
         job = BaselineJob(task=self.task.name, workloads=workloads, device=s.device, run_seed=s.run_seed,
-                          warmup=s.warmup, iterations=s.iterations, tasks_root=str(self.task.dir.parent))
+                          warmup=s.warmup, iterations=s.iterations, tasks_root=str(self.task.dir.parent),
+                          time_reference=time_reference)
         # FlashInfer JIT-compiles each module on first use (~30 s); allow for it.
         kind, value = self._submit("baseline", job, max(s.timeout_s, 600.0))
         if kind != "ok":

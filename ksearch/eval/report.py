@@ -74,6 +74,7 @@ class BaselineTimes:
     variants: dict[str, dict[str, float]]
     label: str          # e.g. "FlashInfer (best of default, tensor_cores)" or "PyTorch reference (CPU)"
     failures: dict[str, str] = field(default_factory=dict)
+    reference: dict[str, float] = field(default_factory=dict)   # reference latency, when asked for (not a baseline)
 
     def best(self) -> dict[str, float]:
         names: dict[str, None] = {}

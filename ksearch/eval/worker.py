@@ -47,6 +47,7 @@ class BaselineJob:
     iterations: int = 50
     tasks_root: str | None = None
     variants: list[str] = field(default_factory=list)   # empty: all the task offers
+    time_reference: bool = False                        # also time the PyTorch reference (bench)
 
 
 _TASKS: dict[str, Task] = {}
@@ -164,17 +165,18 @@ def measure_baselines(job: BaselineJob) -> BaselineTimes:
             variants[name] = times
         except Exception as e:
             failures[name] = f"{type(e).__name__}: {e}"[:800]
+    ref_times: dict[str, float] = {}
+    if job.time_reference or not variants:
+        for w in job.workloads:
+            inputs, _ = _case(task, w, job.run_seed, job.device)
+            ref_times[w.name] = time_call(lambda: task.reference(**inputs), device=job.device,
+                                          warmup=min(job.warmup, 1), iterations=max(1, min(job.iterations, 3)))
     if variants:
         label = "FlashInfer best of " + ", ".join(variants) if any("flashinfer" in v for v in variants) \
             else "baseline best of " + ", ".join(variants)
-        return BaselineTimes(job.device, variants, label, failures)
-    ref_times = {}
-    for w in job.workloads:
-        inputs, _ = _case(task, w, job.run_seed, job.device)
-        ref_times[w.name] = time_call(lambda: task.reference(**inputs), device=job.device,
-                                      warmup=min(job.warmup, 1), iterations=max(1, min(job.iterations, 3)))
+        return BaselineTimes(job.device, variants, label, failures, ref_times)
     where = "GPU" if on_gpu else "CPU"
-    return BaselineTimes(job.device, {"reference": ref_times}, f"PyTorch reference ({where})", failures)
+    return BaselineTimes(job.device, {"reference": ref_times}, f"PyTorch reference ({where})", failures, ref_times)
 
 
 def worker_main(conn: Any, interpret: bool) -> None:

@@ -1,0 +1,172 @@
+"""`ksearch bench`: time the reference, the baselines and given kernels the way the evaluator does.
+
+Prints one table per kernel (per workload: latency, speedup against each baseline, achieved bandwidth
+and its fraction of the device's copy bandwidth when the task knows its traffic), then the geometric
+mean and fast_p (fraction of workloads faster than the best baseline). `--out` keeps the raw numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ksearch.eval.report import BaselineTimes, EvalReport, geomean
+
+
+def _versions() -> dict[str, str]:
+    import torch
+
+    out = {"torch": torch.__version__, "python": platform.python_version()}
+    try:
+        import triton
+        out["triton"] = triton.__version__
+    except ImportError:
+        pass
+    try:
+        import importlib.metadata as md
+        out["flashinfer"] = md.version("flashinfer-python")
+    except Exception:
+        try:
+            import flashinfer  # noqa: F401
+            out["flashinfer"] = getattr(flashinfer, "__version__", "?")
+        except Exception:
+            out["flashinfer"] = "not installed"
+    if torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name()
+    return out
+
+
+def copy_bandwidth_tbs() -> float | None:
+    """Device-to-device copy rate (bytes read + written per second), the practical bandwidth ceiling."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    from ksearch.eval.timing import time_cuda
+
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = time_cuda(lambda: dst.copy_(src), warmup=3, iterations=20, cold_l2=False)
+    return 2 * src.numel() / (ms * 1e-3) / 1e12
+
+
+def summarize(name: str, report: EvalReport, baseline: BaselineTimes, traffic: dict[str, int | None],
+              copy_tbs: float | None) -> dict[str, Any]:
+    rows = []
+    best = baseline.best()
+    for w in report.workloads:
+        row: dict[str, Any] = {"workload": w.workload, "status": w.status, "latency_ms": w.latency_ms,
+                               "reference_ms": baseline.reference.get(w.workload)}
+        for v, times in baseline.variants.items():
+            row[f"{v}_ms"] = times.get(w.workload)
+        if w.latency_ms:
+            row["vs_best"] = best[w.workload] / w.latency_ms if w.workload in best else None
+            for v, times in baseline.variants.items():
+                if w.workload in times:
+                    row[f"vs_{v}"] = times[w.workload] / w.latency_ms
+            tb = traffic.get(w.workload)
+            if tb:
+                row["tb_per_s"] = tb / (w.latency_ms * 1e-3) / 1e12
+                if copy_tbs:
+                    row["frac_copy_bw"] = row["tb_per_s"] / copy_tbs
+        rows.append(row)
+    ok = [r for r in rows if r.get("vs_best")]
+    out = {"name": name, "status": report.status, "rows": rows, "baseline": baseline.label,
+           "geomean_vs_best": geomean([r["vs_best"] for r in ok]) if ok and report.passed else None,
+           "fast_p": sum(1 for r in ok if r["vs_best"] > 1) / max(1, len(rows)) if report.passed else 0.0}
+    for v in baseline.variants:
+        vals = [r[f"vs_{v}"] for r in rows if r.get(f"vs_{v}")]
+        out[f"geomean_vs_{v}"] = geomean(vals) if vals and report.passed and len(vals) == len(rows) else None
+    if not report.passed:
+        f = report.first_failure()
+        out["failure"] = f.message if f else report.log[-500:]
+    return out
+
+
+def print_summary(console: Console, s: dict[str, Any], variants: list[str]) -> None:
+    t = Table(title=f"{s['name']}  [{s['status']}]  vs {s['baseline']}")
+    cols = ["workload", "ref ms"] + [f"{v} ms" for v in variants] + ["kernel ms", "vs best"] + \
+        [f"vs {v}" for v in variants] + ["TB/s", "% copy"]
+    for c in cols:
+        t.add_column(c, justify="right" if c != "workload" else "left")
+
+    def f(x: Any, fmt: str = ".4g") -> str:
+        return "-" if x is None else format(x, fmt)
+
+    for r in s["rows"]:
+        t.add_row(r["workload"], f(r.get("reference_ms")), *[f(r.get(f"{v}_ms")) for v in variants],
+                  f(r.get("latency_ms")), f(r.get("vs_best"), ".3f"), *[f(r.get(f"vs_{v}"), ".3f") for v in variants],
+                  f(r.get("tb_per_s"), ".2f"), f(100 * r["frac_copy_bw"], ".0f") if r.get("frac_copy_bw") else "-")
+    console.print(t)
+    extra = "  ".join(f"vs {v}: {f(s.get(f'geomean_vs_{v}'), '.3f')}" for v in variants)
+    console.print(f"geomean vs best baseline: {f(s['geomean_vs_best'], '.3f')}  fast_p: {s['fast_p']:.2f}  {extra}",
+                  highlight=False)
+    if s.get("failure"):
+        console.print(f"failure: {s['failure']}", highlight=False, markup=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="ksearch bench", description=__doc__)
+    p.add_argument("--solution", action="append", default=[], help="a kernel file (repeatable)")
+    p.add_argument("--run", action="append", default=[], help="a run directory: bench its best kernel")
+    p.add_argument("--families", action="store_true", help="bench every catalog family at its defaults")
+    p.add_argument("--out", default=None, help="write all numbers as JSON here")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides: task=..., eval.workloads=..., eval.device=...")
+    args = p.parse_args(argv)
+
+    from ksearch.app import compose_config
+    from ksearch.eval.evaluator import EvalSettings, Evaluator, resolve_device
+    from ksearch.instantiate import Solution, extract_python
+    from ksearch.llm.catalog import load_catalog
+    from ksearch.task import load_task
+
+    console = Console(width=200)
+    cfg = compose_config(args.overrides)
+    task = load_task(cfg.task.name)
+    device = resolve_device(cfg.eval.device)
+    on_gpu = device.startswith("cuda")
+    set_name = cfg.eval.workloads if cfg.eval.workloads != "auto" else task.default_workload_set(on_gpu)
+    workloads = task.workload_set(set_name)
+    kernels: list[tuple[str, str]] = [(Path(s).name, extract_python(Path(s).read_text())) for s in args.solution]
+    for r in args.run:
+        kernels.append((f"best of {r}", extract_python((Path(r) / "best" / "solution.py").read_text())))
+    if args.families or not kernels:
+        cat = load_catalog(task.strategies_dir, task.name)
+        kernels += [(f"family {f.name} (defaults)", cat.render(f.name, {})) for f in cat.families]
+    settings = EvalSettings(device=device, timeout_s=cfg.eval.timeout_s,
+                            warmup=cfg.eval.warmup if on_gpu else cfg.eval.cpu_warmup,
+                            iterations=cfg.eval.iterations if on_gpu else cfg.eval.cpu_iterations,
+                            run_seed=cfg.run.seed)
+    copy_tbs = copy_bandwidth_tbs() if on_gpu else None
+    traffic = {w.name: task.traffic_bytes(w) for w in workloads}
+    results = []
+    with Evaluator(task, settings) as ev:
+        baseline = ev.measure_baselines(workloads, time_reference=True)
+        for name, fails in baseline.failures.items():
+            console.print(f"[yellow]baseline {name} unavailable:[/] {fails}", highlight=False)
+        for name, code in kernels:
+            sol = Solution.from_code(task.name, code, name=name)
+            report = ev.evaluate(code, sol.solution_id, workloads, baseline)
+            s = summarize(name, report, baseline, traffic, copy_tbs)
+            print_summary(console, s, list(baseline.variants))
+            results.append(s)
+    doc = {"task": task.name, "workload_set": set_name, "device": device, "versions": _versions(),
+           "copy_bandwidth_tbs": copy_tbs, "baseline": baseline.to_json(), "kernels": results}
+    if copy_tbs:
+        console.print(f"copy bandwidth: {copy_tbs:.2f} TB/s", highlight=False)
+    console.print(json.dumps(doc["versions"]), highlight=False)
+    if args.out:
+        Path(args.out).write_text(json.dumps(doc, indent=1, default=lambda x: None if isinstance(x, float) and
+                                             math.isnan(x) else str(x)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
