@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import networkx as nx
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
@@ -65,6 +67,23 @@ def render_tree(wm: WorldModel, *, root_id: str | None = None, max_depth: int | 
     return top
 
 
+def family_table(wm: WorldModel) -> Table:
+    """Per depth-1 family: its best measured kernel, where it is, and the cycles spent on it."""
+    t = Table(title="families")
+    for col in ("family", "best score", "mean latency ms", "best node", "closed", "attempts"):
+        t.add_column(col)
+    for fam in wm.children(wm.root.node_id, include_pruned=True):
+        sub = [wm.node(n) for n in nx.descendants(wm.graph, fam.node_id) | {fam.node_id}]
+        scored = [n for n in sub if n.solution and n.solution.score is not None]
+        best = max(scored, key=lambda n: n.solution.score) if scored else None
+        t.add_row(fam.choice or fam.node_id,
+                  f"{best.solution.score:.4g}x" if best else "-",
+                  f"{best.solution.latency_ms:.4g}" if best and best.solution.latency_ms else "-",
+                  best.node_id if best else "-", str(sum(1 for n in sub if n.is_closed)),
+                  str(sum(n.attempts for n in sub)))
+    return t
+
+
 def show_run(state: dict[str, Any], console: Console, *, node_id: str | None = None,
              depth: int | None = None) -> None:
     wm = WorldModel.from_json(state["tree"])
@@ -72,5 +91,7 @@ def show_run(state: dict[str, Any], console: Console, *, node_id: str | None = N
     if node_id and node_id not in wm:
         raise KeyError(f"no node {node_id!r} in this run; node ids are shown in `ksearch show RUN_DIR`")
     console.print(render_tree(wm, root_id=node_id, max_depth=depth, best_node_id=best.get("node_id")))
+    if node_id is None:
+        console.print(family_table(wm))
     if wm.kernel_summary:
         console.print(Text(wm.kernel_summary, style="dim"))

@@ -1,0 +1,36 @@
+"""FlashInfer baseline for causal MLA prefill (GPU only). The factory plans outside the timed region."""
+
+import torch
+
+_WORKSPACE = {}
+
+
+def _workspace(device):
+    if device not in _WORKSPACE:
+        _WORKSPACE[device] = torch.empty(128 * 1024 * 1024, dtype=torch.uint8, device=device)
+    return _WORKSPACE[device]
+
+
+def _mla_wrapper(inputs, backend):
+    import flashinfer
+
+    q_nope, q_pe = inputs["q_nope"], inputs["q_pe"]
+    ckv_cache, kpe_cache = inputs["ckv_cache"], inputs["kpe_cache"]
+    qo_indptr, kv_indptr, kv_indices = inputs["qo_indptr"], inputs["kv_indptr"], inputs["kv_indices"]
+    device = q_nope.device
+    kv_len_arr = (kv_indptr[1:] - kv_indptr[:-1]).to(torch.int32)          # page size 1
+    wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(_workspace(device), backend=backend)
+    # causal=True: FlashInfer aligns the mask bottom-right (query i sees kv <= kv_len - q_len + i).
+    wrapper.plan(qo_indptr, kv_indptr, kv_indices, kv_len_arr, 16, 512, 64, 1, True,
+                 inputs["sm_scale"], torch.bfloat16, torch.bfloat16)
+
+    def call():
+        return wrapper.run(q_nope, q_pe, ckv_cache, kpe_cache, return_lse=True)
+
+    return call
+
+
+BASELINES = {
+    # What FlashInfer-Bench's published baseline uses; "auto" picks fa3 on SM90a (H200).
+    "flashinfer_auto": lambda inputs: _mla_wrapper(inputs, backend="auto"),
+}

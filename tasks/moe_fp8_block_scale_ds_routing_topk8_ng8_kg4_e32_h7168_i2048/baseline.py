@@ -1,0 +1,110 @@
+"""The strongest plain-PyTorch baseline we could write for this MoE (not FlashInfer).
+
+FlashInfer's `trtllm_fp8_block_scale_moe` (what FlashInfer-Bench times) runs only on Blackwell, and
+its Hopper substitute (`cutlass_fused_moe` with DeepSeek FP8 block scales) is a CUTLASS JIT module
+that did not finish building within 9 minutes on the H200 host (reference/gpu-findings.md). So the
+baseline here is PyTorch, and its name says so:
+
+- routing vectorised on the device (sigmoid, group top-2 sums, top-4 groups, top-8, normalise);
+- token-expert pairs sorted by local expert with one argsort; the only host sync is reading the
+  32 per-expert counts, which is needed to slice the sorted pairs;
+- per active expert only (experts with no tokens are skipped), its FP8 weights are dequantised
+  blockwise to bf16 once per call and fed to bf16 `torch.mm` (fp32 accumulation inside cuBLAS, and
+  fp32 results where this torch has `out_dtype`); activations are dequantised to bf16 once per call;
+- SwiGLU in fp32, the second GEMM in bf16, routing weights applied and rows scattered with
+  `index_add_` into an fp32 output, cast to bf16 at the end.
+
+Runs on a CPU too (slowly), which the tests use at reduced sizes.
+"""
+
+import torch
+
+N_GROUP, TOPK_GROUP, TOP_K, BLOCK, NUM_LOCAL = 8, 4, 8, 128, 32
+
+
+def _route(logits, bias, scaling):
+    t, e = logits.shape
+    scores = torch.sigmoid(logits.float())
+    biased = scores + bias.float()
+    group_scores = biased.view(t, N_GROUP, e // N_GROUP).topk(2, dim=-1).values.sum(-1)
+    keep_groups = group_scores.topk(TOPK_GROUP, dim=-1).indices
+    group_mask = torch.zeros(t, N_GROUP, dtype=torch.bool, device=logits.device).scatter_(1, keep_groups, True)
+    candidates = biased.view(t, N_GROUP, -1).masked_fill(~group_mask[:, :, None], float("-inf")).view(t, e)
+    ids = candidates.topk(TOP_K, dim=-1).indices
+    chosen = scores.gather(1, ids)
+    weights = chosen * (float(scaling) / (chosen.sum(-1, keepdim=True) + 1e-20))
+    return ids, weights
+
+
+def _dequant_bf16(w, s):
+    """[R, C] fp8 with [R/128, C/128] fp32 block scales -> bf16 [R, C].
+
+    fp8 -> bf16 is exact; the in-place multiply by the fp32 scale computes in fp32 and rounds once
+    (rounding the scale to bf16 first would bias whole 128x128 blocks and fail the 1% rule).
+    """
+    r, c = w.shape
+    return (w.to(torch.bfloat16).view(r // BLOCK, BLOCK, c // BLOCK, BLOCK)
+            .mul_(s[:, None, :, None]).view(r, c))
+
+
+_FP32_OUT_MM = {}
+
+
+def _mm_fp32(a, b):
+    """bf16 x bf16 -> fp32 without rounding the product to bf16.
+
+    CUDA: `out_dtype` (torch >= 2.8), else a bf16 result widened. CPU (tests only): an fp32 matmul,
+    exact on bf16-valued operands.
+    """
+    if a.device.type == "cpu":
+        return a.float() @ b.float()
+    key = a.device.type
+    if key not in _FP32_OUT_MM:
+        try:
+            probe = torch.ones(2, 2, dtype=torch.bfloat16, device=a.device)
+            _FP32_OUT_MM[key] = torch.mm(probe, probe, out_dtype=torch.float32).dtype == torch.float32
+        except (TypeError, RuntimeError, NotImplementedError):
+            _FP32_OUT_MM[key] = False
+    if _FP32_OUT_MM[key]:
+        return torch.mm(a, b, out_dtype=torch.float32)
+    return torch.mm(a, b).float()
+
+
+def torch_grouped_fp8_dequant(inputs):
+    logits, bias = inputs["routing_logits"], inputs["routing_bias"]
+    hs, hs_scale = inputs["hidden_states"], inputs["hidden_states_scale"]
+    w1, s1, w2, s2 = (inputs[k] for k in ("gemm1_weights", "gemm1_weights_scale", "gemm2_weights", "gemm2_weights_scale"))
+    offset, scaling = int(inputs["local_expert_offset"]), float(inputs["routed_scaling_factor"])
+    num_tokens, hidden = hs.shape
+    inter = w2.shape[2]
+
+    def call():
+        ids, weights = _route(logits, bias, scaling)
+        local = ids - offset
+        local = torch.where((local >= 0) & (local < NUM_LOCAL), local, NUM_LOCAL).view(-1)
+        order = torch.argsort(local, stable=True)
+        counts = torch.bincount(local, minlength=NUM_LOCAL + 1)[:NUM_LOCAL]
+        tokens = order // TOP_K
+        pair_weights = weights.view(-1)[order]
+        act = (hs.to(torch.bfloat16).view(num_tokens, hidden // BLOCK, BLOCK)
+               .mul_(hs_scale.t()[:, :, None]).view(num_tokens, hidden))
+        out = torch.zeros(num_tokens, hidden, dtype=torch.float32, device=hs.device)
+        start = 0
+        for e, n in enumerate(counts.tolist()):          # the one host sync
+            if n == 0:
+                continue
+            tok = tokens[start:start + n]
+            g = _mm_fp32(act[tok], _dequant_bf16(w1[e], s1[e]).t())          # [n, 2I]
+            c = (torch.nn.functional.silu(g[:, inter:]) * g[:, :inter]).to(torch.bfloat16)
+            o = _mm_fp32(c, _dequant_bf16(w2[e], s2[e]).t())                  # [n, H]
+            out.index_add_(0, tok, o.mul_(pair_weights[start:start + n, None]))
+            start += n
+        return out.to(torch.bfloat16)
+
+    return call
+
+
+BASELINES = {
+    # FlashInfer's MoE cannot be built on the H200 within limits; this is our best PyTorch version.
+    "torch_grouped_fp8_dequant": torch_grouped_fp8_dequant,
+}

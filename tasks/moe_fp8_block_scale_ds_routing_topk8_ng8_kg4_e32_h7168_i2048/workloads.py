@@ -1,0 +1,169 @@
+"""Workloads for the DeepSeek-V3 FP8 block-scale MoE: the dataset's 19 (seq_len, local_expert_offset) pairs.
+
+Offline we have no captured routing tensors, so they are synthesised. As in the dataset (captured
+safetensors, identical across trials), the routing logits and bias depend only on the workload, not on
+the seed; activations, weights and scales are fresh per seed. Values are built the way the upstream
+reference test builds realistic inputs: bf16-like values quantised per 128-block to fp8 e4m3 with
+scale = amax / 448, so every scale is positive and outputs have sane magnitudes (order 1).
+
+The `tiny` set is for the Triton interpreter on a CPU: the full weights (32 x (4096x7168 + 7168x2048)
+fp8, about 1.4 GB) are far too big for it, so tiny workloads shrink hidden/intermediate (H=256, I=128)
+while keeping everything else: 256 experts in 8 groups, top-4 groups, top-8, 32 local experts and
+128-blocks. Those sizes are in `workload.params["const_axes"]`; only tiny workloads override them.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from pathlib import Path
+
+import torch
+
+from ksearch.task import Workload
+from ksearch.task.paged import stable_generator
+
+NUM_EXPERTS, NUM_LOCAL, BLOCK, TOP_K = 256, 32, 128, 8
+HIDDEN, INTER = 7168, 2048
+ROUTED_SCALING_FACTOR = 2.5
+FP8_MAX = 448.0
+
+# The dataset's (seq_len, local_expert_offset) pairs.
+FULL_PAIRS = [(1, 32), (7, 192), (14, 0), (15, 32), (16, 224), (32, 32), (52, 160), (53, 32), (54, 128),
+              (55, 128), (56, 64), (57, 96), (58, 64), (59, 160), (62, 96), (80, 96), (901, 96),
+              (11948, 128), (14107, 32)]
+# K-Search's feedback seq_lens, with the offsets the dataset pairs them with.
+FEEDBACK_PAIRS = [(1, 32), (7, 192), (14, 0), (16, 224), (32, 32)]
+TINY_HIDDEN, TINY_INTER = 256, 128
+TINY_PAIRS = [(1, 32), (5, 0), (19, 224)]
+
+
+def _const_axes(hidden: int, inter: int) -> dict[str, int]:
+    return {"hidden_size": hidden, "intermediate_size": inter, "gemm1_out_size": 2 * inter,
+            "num_hidden_blocks": hidden // BLOCK, "num_intermediate_blocks": inter // BLOCK,
+            "num_gemm1_out_blocks": 2 * inter // BLOCK}
+
+
+def _workload(name: str, seq_len: int, offset: int, *, hidden: int = HIDDEN, inter: int = INTER) -> Workload:
+    params = {"local_expert_offset": offset, "routed_scaling_factor": ROUTED_SCALING_FACTOR}
+    if (hidden, inter) != (HIDDEN, INTER):
+        params["const_axes"] = _const_axes(hidden, inter)
+    return Workload(name=name, axes={"seq_len": seq_len}, params=params)
+
+
+def workload_sets() -> dict[str, list[Workload]]:
+    tiny = [_workload(f"tiny_t{t}_off{o}", t, o, hidden=TINY_HIDDEN, inter=TINY_INTER) for t, o in TINY_PAIRS]
+    feedback = [_workload(f"fb_t{t}_off{o}", t, o) for t, o in FEEDBACK_PAIRS]
+    full = [_workload(f"full_t{t}_off{o}", t, o) for t, o in FULL_PAIRS]
+    return {"tiny": tiny, "feedback": feedback, "full": full}
+
+
+def sizes(workload: Workload) -> tuple[int, int]:
+    """(hidden_size, intermediate_size) of this workload's inputs."""
+    c = workload.params.get("const_axes", {})
+    return int(c.get("hidden_size", HIDDEN)), int(c.get("intermediate_size", INTER))
+
+
+@functools.lru_cache(maxsize=64)
+def _routing(name: str, seq_len: int, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Routing logits [T, 256] fp32 and bias [256] bf16 on the CPU, fixed per workload.
+
+    Plain N(0, 1) logits would give this rank about one expert in 32 per token, and many small
+    workloads would compute nothing, so the local range (one whole group of 32) is boosted by a
+    per-token amount in [0.25, 1.5] (1.5 for token 0, so even one-token
+    workloads compute something): about 3 of a token's 8 picks are then local (0 to 8). Every
+    token t with t % 8 == 5 is pushed the other way instead and picks no local expert, so workloads
+    with 6 or more tokens always exercise the all-zero output row. Logits stay in a range where the
+    fp32 sigmoid does not saturate, so the top-k has no ties.
+    """
+    gen = stable_generator(f"moe-routing:{name}")
+    logits = torch.randn(seq_len, NUM_EXPERTS, generator=gen, dtype=torch.float32)
+    boost = 0.25 + 1.25 * torch.rand(seq_len, 1, generator=gen, dtype=torch.float32)
+    boost[0] = 1.5
+    boost[5::8] = -4.0
+    logits[:, offset:offset + NUM_LOCAL] += boost
+    bias = (0.03 * torch.randn(NUM_EXPERTS, generator=gen, dtype=torch.float32)).to(torch.bfloat16)
+    return logits, bias
+
+
+def _block_factor(rows: int, cols: int, block_rows: int, gen: torch.Generator, device: str) -> torch.Tensor:
+    """A per-block magnitude 2**U(-1, 1), expanded to [rows, cols], so scales differ between blocks."""
+    f = torch.exp2(2.0 * torch.rand(rows // block_rows, cols // BLOCK, generator=gen, device=device) - 1.0)
+    return f.repeat_interleave(block_rows, 0).repeat_interleave(BLOCK, 1)
+
+
+def _quantise(x: torch.Tensor, block_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp8 e4m3 values and fp32 dequant scales (amax / 448) per (block_rows x 128) block of a 2-D tensor."""
+    rows, cols = x.shape
+    blocks = x.view(rows // block_rows, block_rows, cols // BLOCK, BLOCK)
+    scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-8) / FP8_MAX
+    q = (blocks / scale[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return q.view(rows, cols), scale.to(torch.float32)
+
+
+def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:
+    seq_len = workload.axes["seq_len"]
+    offset = int(workload.params["local_expert_offset"])
+    hidden, inter = sizes(workload)
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    logits, bias = _routing(workload.name, seq_len, offset)
+
+    # Activations: bf16 values, quantised per (token, 128 columns); the scale is stored transposed.
+    act = (torch.randn(seq_len, hidden, generator=gen, device=device) * _block_factor(seq_len, hidden, 1, gen, device))
+    act = act.to(torch.bfloat16).to(torch.float32)
+    hs, hs_scale = _quantise(act, 1)                                   # scale [T, H/128]
+
+    # Weights, one expert at a time (bounded memory): bf16 values of std 1/sqrt(K), 128x128 blocks.
+    w1 = torch.empty(NUM_LOCAL, 2 * inter, hidden, dtype=torch.float8_e4m3fn, device=device)
+    s1 = torch.empty(NUM_LOCAL, 2 * inter // BLOCK, hidden // BLOCK, dtype=torch.float32, device=device)
+    w2 = torch.empty(NUM_LOCAL, hidden, inter, dtype=torch.float8_e4m3fn, device=device)
+    s2 = torch.empty(NUM_LOCAL, hidden // BLOCK, inter // BLOCK, dtype=torch.float32, device=device)
+    for e in range(NUM_LOCAL):
+        x = torch.randn(2 * inter, hidden, generator=gen, device=device) * hidden ** -0.5
+        x = (x * _block_factor(2 * inter, hidden, BLOCK, gen, device)).to(torch.bfloat16).to(torch.float32)
+        w1[e], s1[e] = _quantise(x, BLOCK)
+        x = torch.randn(hidden, inter, generator=gen, device=device) * inter ** -0.5
+        x = (x * _block_factor(hidden, inter, BLOCK, gen, device)).to(torch.bfloat16).to(torch.float32)
+        w2[e], s2[e] = _quantise(x, BLOCK)
+        del x
+
+    return {
+        "routing_logits": logits.to(device),
+        "routing_bias": bias.to(device),
+        "hidden_states": hs,
+        "hidden_states_scale": hs_scale.t().contiguous(),
+        "gemm1_weights": w1,
+        "gemm1_weights_scale": s1,
+        "gemm2_weights": w2,
+        "gemm2_weights_scale": s2,
+        "local_expert_offset": offset,
+        "routed_scaling_factor": float(workload.params["routed_scaling_factor"]),
+    }
+
+
+@functools.lru_cache(maxsize=1)
+def _reference_module():
+    spec = importlib.util.spec_from_file_location("_moe_fp8_reference_for_workloads", Path(__file__).with_name("reference.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def active_local_experts(workload: Workload) -> int:
+    """How many local experts get at least one token (the routing is fixed per workload)."""
+    offset = int(workload.params["local_expert_offset"])
+    logits, bias = _routing(workload.name, workload.axes["seq_len"], offset)
+    ids, _ = _reference_module().route(logits, bias, ROUTED_SCALING_FACTOR)
+    local = ids[(ids >= offset) & (ids < offset + NUM_LOCAL)]
+    return int(torch.unique(local).numel())
+
+
+def traffic_bytes(workload: Workload) -> int:
+    """The weights (and scales) of every active local expert read once, plus activations, logits and output."""
+    t = workload.axes["seq_len"]
+    hidden, inter = sizes(workload)
+    hb, ib = hidden // BLOCK, inter // BLOCK
+    per_expert = 3 * hidden * inter + 4 * (2 * ib * hb + hb * ib)
+    tokens = t * hidden + 4 * hb * t + 4 * NUM_EXPERTS * t + 2 * t * hidden
+    return active_local_experts(workload) * per_expert + tokens + 2 * NUM_EXPERTS
