@@ -183,16 +183,22 @@ class OfflineModel:
         existing = [(n.get("action") or {}).get("params", {}) for n in nodes.values()
                     if n.get("parent_id") == parent["node_id"]]
         taken = {json.dumps(p.get("set", {}), sort_keys=True) for p in existing}
+        # A tactic already taken on the way here is not proposed again, even if a later knob move undid it.
+        on_path, cur = set(), parent
+        while cur is not None:
+            on_path.add((cur.get("action") or {}).get("params", {}).get("tactic"))
+            cur = nodes.get(cur.get("parent_id") or "")
         candidates = []
         for t in fam.tactics:
             change = {k: v for k, v in t.settings.items() if knobs.get(k) != v}
-            if change:
-                candidates.append((t.prior.score, t.title, t.rationale, change, t.prior))
+            if change and t.name not in on_path:
+                candidates.append((t.prior.score, t.title, t.rationale, change, t.prior, t.name))
         for move in knob_moves(fam, knobs):
             (k, v), = move.items()
-            candidates.append((0.3, f"Retune {k} to {v}", "single-knob move from the measured kernel", move, None))
+            candidates.append((0.3, f"Retune {k} to {v}", "single-knob move from the measured kernel", move, None,
+                               None))
         ops = []
-        for prior_score, title, rationale, change, prior in sorted(candidates, key=lambda c: -c[0]):
+        for prior_score, title, rationale, change, prior, tactic in sorted(candidates, key=lambda c: -c[0]):
             key = json.dumps(change, sort_keys=True)
             if key in taken:
                 continue
@@ -207,7 +213,7 @@ class OfflineModel:
                            "difficulty": prior.difficulty if prior else 1,
                            "score": round(min(1.0, prior_score), 4),
                            "expected_speedup": round(score * gain, 4) if score else None,
-                           "params": {"family": fam.name, "set": change}},
+                           "params": {"family": fam.name, "set": change, "tactic": tactic}},
             }})
             if len(ops) >= budget:
                 break
