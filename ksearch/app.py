@@ -53,9 +53,23 @@ def load_saved_config(run_dir: Path, overrides: list[str]) -> DictConfig:
     return cfg  # type: ignore[return-value]
 
 
+def resolve_eval(cfg: DictConfig, task: Any) -> tuple[str, str, list[Any], Any]:
+    """(device, workload set name, workloads, EvalSettings) for a config: one place for the CPU/GPU split."""
+    from ksearch.eval.evaluator import EvalSettings, resolve_device
+
+    device = resolve_device(cfg.eval.device)
+    on_gpu = device.startswith("cuda")
+    set_name = cfg.eval.workloads if cfg.eval.workloads != "auto" else task.default_workload_set(on_gpu)
+    settings = EvalSettings(device=device, timeout_s=cfg.eval.timeout_s,
+                            warmup=cfg.eval.warmup if on_gpu else cfg.eval.cpu_warmup,
+                            iterations=cfg.eval.iterations if on_gpu else cfg.eval.cpu_iterations,
+                            run_seed=cfg.run.seed)
+    return device, set_name, task.workload_set(set_name), settings
+
+
 def execute(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None):
     """Run (fresh) or resume the search described by `cfg` in `run_path`. Returns the SearchOutcome."""
-    from ksearch.eval.evaluator import EvalSettings, Evaluator, resolve_device
+    from ksearch.eval.evaluator import Evaluator
     from ksearch.llm import build_model
     from ksearch.planner.search import Search
     from ksearch.store import Journal, RunDir
@@ -63,10 +77,7 @@ def execute(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = Non
 
     c: Config = cfg  # type: ignore[assignment]
     task = load_task(c.task.name)
-    device = resolve_device(c.eval.device)
-    on_gpu = device.startswith("cuda")
-    set_name = c.eval.workloads if c.eval.workloads != "auto" else task.default_workload_set(on_gpu)
-    workloads = task.workload_set(set_name)
+    device, set_name, workloads, settings = resolve_eval(cfg, task)
     run = RunDir(run_path)
     if fresh:
         run.create(OmegaConf.to_yaml(cfg))
@@ -74,10 +85,6 @@ def execute(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = Non
         raise ConfigError(f"{run_path} holds no run to resume")
     else:
         run.config_path.write_text(OmegaConf.to_yaml(cfg))
-    settings = EvalSettings(device=device, timeout_s=c.eval.timeout_s,
-                            warmup=c.eval.warmup if on_gpu else c.eval.cpu_warmup,
-                            iterations=c.eval.iterations if on_gpu else c.eval.cpu_iterations,
-                            run_seed=c.run.seed)
     llm_kw = OmegaConf.to_container(cfg.llm) if isinstance(cfg.llm, DictConfig) else dict(cfg.llm)
     model = build_model(c.llm.kind, max_new_nodes=c.search.max_new_nodes, **{k: v for k, v in llm_kw.items()
                                                                              if k != "kind"})

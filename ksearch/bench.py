@@ -121,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="Hydra overrides: task=..., eval.workloads=..., eval.device=...")
     args = p.parse_args(argv)
 
-    from ksearch.app import compose_config
-    from ksearch.eval.evaluator import EvalSettings, Evaluator, resolve_device
+    from ksearch.app import compose_config, resolve_eval
+    from ksearch.eval.evaluator import Evaluator
     from ksearch.instantiate import Solution, extract_python
     from ksearch.llm.catalog import load_catalog
     from ksearch.task import load_task
@@ -130,20 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=200)
     cfg = compose_config(args.overrides)
     task = load_task(cfg.task.name)
-    device = resolve_device(cfg.eval.device)
+    device, set_name, workloads, settings = resolve_eval(cfg, task)
     on_gpu = device.startswith("cuda")
-    set_name = cfg.eval.workloads if cfg.eval.workloads != "auto" else task.default_workload_set(on_gpu)
-    workloads = task.workload_set(set_name)
     kernels: list[tuple[str, str]] = [(Path(s).name, extract_python(Path(s).read_text())) for s in args.solution]
     for r in args.run:
         kernels.append((f"best of {r}", extract_python((Path(r) / "best" / "solution.py").read_text())))
     if args.families or not kernels:
         cat = load_catalog(task.strategies_dir, task.name)
         kernels += [(f"family {f.name} (defaults)", cat.render(f.name, {})) for f in cat.families]
-    settings = EvalSettings(device=device, timeout_s=cfg.eval.timeout_s,
-                            warmup=cfg.eval.warmup if on_gpu else cfg.eval.cpu_warmup,
-                            iterations=cfg.eval.iterations if on_gpu else cfg.eval.cpu_iterations,
-                            run_seed=cfg.run.seed)
     copy_tbs = copy_bandwidth_tbs() if on_gpu else None
     traffic = {w.name: task.traffic_bytes(w) for w in workloads}
     results = []

@@ -112,28 +112,21 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from ksearch.app import compose_config
-    from ksearch.eval.evaluator import EvalSettings, Evaluator, resolve_device
+    from ksearch.app import compose_config, resolve_eval
+    from ksearch.eval.evaluator import Evaluator
     from ksearch.instantiate import Solution, extract_python
     from ksearch.task import load_task
 
     cfg = compose_config(args.overrides)
     task = load_task(cfg.task.name)
-    device = resolve_device(cfg.eval.device)
-    on_gpu = device.startswith("cuda")
-    set_name = cfg.eval.workloads if cfg.eval.workloads != "auto" else task.default_workload_set(on_gpu)
-    workloads = task.workload_set(set_name)
+    device, set_name, workloads, settings = resolve_eval(cfg, task)
     code = extract_python(Path(args.solution).read_text())
     sol = Solution.from_code(task.name, code, name=Path(args.solution).stem)
-    settings = EvalSettings(device=device, timeout_s=cfg.eval.timeout_s,
-                            warmup=cfg.eval.warmup if on_gpu else cfg.eval.cpu_warmup,
-                            iterations=cfg.eval.iterations if on_gpu else cfg.eval.cpu_iterations,
-                            run_seed=cfg.run.seed)
     with Evaluator(task, settings) as ev:
         baseline = ev.measure_baselines(workloads)
         report = ev.evaluate(sol.main_source, sol.solution_id, workloads, baseline)
     table = Table(title=f"{task.name} / {set_name} on {device}")
-    for col in ("workload", "status", "latency ms", f"baseline ms", "speedup", "max abs err"):
+    for col in ("workload", "status", "latency ms", "baseline ms", "speedup", "max abs err"):
         table.add_column(col)
     best = baseline.best()
     for w in report.workloads:
