@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--families", action="store_true", help="bench every catalog family at its defaults")
     p.add_argument("--out", default=None, help="write all numbers as JSON here")
     p.add_argument("overrides", nargs="*", help="Hydra overrides: task=..., eval.workloads=..., eval.device=...")
-    args = p.parse_args(argv)
+    args = p.parse_intermixed_args(argv)
 
     from ksearch.app import compose_config, resolve_eval
     from ksearch.eval.evaluator import Evaluator
