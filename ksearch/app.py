@@ -59,12 +59,17 @@ def resolve_eval(cfg: DictConfig, task: Any) -> tuple[str, str, list[Any], Any]:
 
     device = resolve_device(cfg.eval.device)
     on_gpu = device.startswith("cuda")
-    set_name = cfg.eval.workloads if cfg.eval.workloads != "auto" else task.default_workload_set(on_gpu)
+    dataset = cfg.task.get("dataset_dir")
+    if dataset and cfg.eval.workloads in ("auto", "dataset"):
+        set_name, workloads = "dataset", task.dataset_workloads(dataset)
+    else:
+        set_name = cfg.eval.workloads if cfg.eval.workloads != "auto" else task.default_workload_set(on_gpu)
+        workloads = task.workload_set(set_name)
     settings = EvalSettings(device=device, timeout_s=cfg.eval.timeout_s,
                             warmup=cfg.eval.warmup if on_gpu else cfg.eval.cpu_warmup,
                             iterations=cfg.eval.iterations if on_gpu else cfg.eval.cpu_iterations,
                             run_seed=cfg.run.seed)
-    return device, set_name, task.workload_set(set_name), settings
+    return device, set_name, workloads, settings
 
 
 def execute(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None):

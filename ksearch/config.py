@@ -11,7 +11,7 @@ from hydra.core.config_store import ConfigStore
 @dataclass
 class TaskConfig:
     name: str = "gqa_paged_decode_h32_kv4_d128_ps1"
-    dataset_dir: Optional[str] = None     # a local FlashInfer-Trace copy (read in a later version)
+    dataset_dir: Optional[str] = None     # a local FlashInfer-Trace copy: its workloads replace the synthesised ones
 
 
 @dataclass
@@ -42,7 +42,7 @@ class SearchConfig:
 @dataclass
 class EvalConfig:
     device: str = "auto"                  # auto | cpu | cuda
-    workloads: str = "auto"               # auto (tiny on CPU, feedback on GPU) | tiny | feedback | full
+    workloads: str = "auto"               # auto (dataset if task.dataset_dir, else tiny on CPU / feedback on GPU) | tiny | feedback | full | dataset
     timeout_s: float = 300.0
     warmup: int = 10                      # GPU; on the CPU interpreter 1
     iterations: int = 50                  # GPU; on the CPU interpreter 3

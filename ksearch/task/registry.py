@@ -71,6 +71,11 @@ class Task:
     def workload_sets(self) -> dict[str, list[Workload]]:
         return self.workloads_module.workload_sets()
 
+    def dataset_workloads(self, dataset_dir: str | Path) -> list[Workload]:
+        """The workloads of a local FlashInfer-Trace copy (captured index tensors included)."""
+        from ksearch.task.dataset import dataset_workloads
+        return dataset_workloads(Path(dataset_dir), self.definition)
+
     def workload_set(self, name: str) -> list[Workload]:
         sets = self.workload_sets()
         if name not in sets:
@@ -78,8 +83,12 @@ class Task:
         return sets[name]
 
     def make_inputs(self, workload: Workload, *, device: str, seed: int) -> dict[str, Any]:
-        """Inputs in definition order, synthesised deterministically from `seed`."""
-        inputs = self.workloads_module.make_inputs(workload, device=device, seed=seed)
+        """Inputs in definition order, synthesised deterministically from `seed` (or read from a dataset)."""
+        if "dataset_inputs" in workload.params:
+            from ksearch.task.dataset import dataset_inputs
+            inputs = dataset_inputs(self.definition, workload, device=device, seed=seed)
+        else:
+            inputs = self.workloads_module.make_inputs(workload, device=device, seed=seed)
         names = self.definition.input_names
         if list(inputs) != names:
             raise ValueError(f"{self.name}: make_inputs returned {list(inputs)}, expected {names}")
