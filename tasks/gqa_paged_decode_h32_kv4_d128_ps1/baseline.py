@@ -2,13 +2,7 @@
 
 import torch
 
-_WORKSPACE = {}
-
-
-def _workspace(device):
-    if device not in _WORKSPACE:
-        _WORKSPACE[device] = torch.empty(128 * 1024 * 1024, dtype=torch.uint8, device=device)
-    return _WORKSPACE[device]
+from ksearch.task.baselines import flashinfer_workspace as _workspace
 
 
 def _decode_wrapper(inputs, use_tensor_cores):
