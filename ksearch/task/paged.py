@@ -6,6 +6,8 @@ import hashlib
 
 import torch
 
+from ksearch.task.workload import Workload
+
 
 def stable_generator(key: str) -> torch.Generator:
     """A CPU generator seeded from a string, for workload layouts that must never change."""
@@ -28,12 +30,28 @@ def split_lengths(total: int, batch: int, gen: torch.Generator, min_len: int = 1
     return [int(x) for x in lens]
 
 
+def prefix_sums(lens: list[int]) -> torch.Tensor:
+    """An int32 indptr: [0, l0, l0+l1, ...]."""
+    indptr = torch.zeros(len(lens) + 1, dtype=torch.int32)
+    indptr[1:] = torch.cumsum(torch.tensor(lens, dtype=torch.int64), 0).to(torch.int32)
+    return indptr
+
+
+def decode_workload(name: str, batch: int, total: int, num_pages: int, sm_scale: float) -> Workload:
+    """A paged decode workload: `total` KV tokens split unevenly (but stably, by name) over `batch` sequences."""
+    lens = split_lengths(total, batch, stable_generator(name))
+    return Workload(
+        name=name,
+        axes={"batch_size": batch, "num_pages": num_pages, "len_indptr": batch + 1, "num_kv_indices": total},
+        params={"kv_lens": lens, "sm_scale": sm_scale},
+    )
+
+
 def paged_indices(kv_lens: list[int], num_pages: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """kv_indptr (prefix sums) and kv_indices (distinct random page ids) as int32 CPU tensors."""
     total = sum(kv_lens)
     if total > num_pages:
         raise ValueError(f"{total} tokens do not fit in {num_pages} pages")
-    indptr = torch.zeros(len(kv_lens) + 1, dtype=torch.int32)
-    indptr[1:] = torch.cumsum(torch.tensor(kv_lens, dtype=torch.int64), 0).to(torch.int32)
+    indptr = prefix_sums(kv_lens)
     indices = torch.randperm(num_pages, generator=gen)[:total].to(torch.int32)
     return indptr, indices

@@ -5,20 +5,14 @@ import math
 import torch
 
 from ksearch.task import Workload
-from ksearch.task.paged import paged_indices, split_lengths, stable_generator
+from ksearch.task.paged import decode_workload, paged_indices
 
 NUM_QO_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 4, 128
 SM_SCALE = 1.0 / math.sqrt(HEAD_DIM)
 
 
 def _workload(name: str, batch: int, total: int, num_pages: int | None = None) -> Workload:
-    num_pages = num_pages or total + max(16, total // 4)
-    lens = split_lengths(total, batch, stable_generator(name))
-    return Workload(
-        name=name,
-        axes={"batch_size": batch, "num_pages": num_pages, "len_indptr": batch + 1, "num_kv_indices": total},
-        params={"kv_lens": lens, "sm_scale": SM_SCALE},
-    )
+    return decode_workload(name, batch, total, num_pages or total + max(16, total // 4), SM_SCALE)
 
 
 def workload_sets() -> dict[str, list[Workload]]:

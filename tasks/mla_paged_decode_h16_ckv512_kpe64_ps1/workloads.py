@@ -7,7 +7,7 @@ sm_scale = 0.1352337747812271. The `tiny` set shrinks num_pages so the CPU inter
 import torch
 
 from ksearch.task import Workload
-from ksearch.task.paged import paged_indices, split_lengths, stable_generator
+from ksearch.task.paged import decode_workload, paged_indices
 
 NUM_QO_HEADS, HEAD_DIM_CKV, HEAD_DIM_KPE = 16, 512, 64
 SM_SCALE = 0.1352337747812271
@@ -15,12 +15,7 @@ POOL_PAGES = 989_669
 
 
 def _workload(name: str, batch: int, total: int, num_pages: int = POOL_PAGES) -> Workload:
-    lens = split_lengths(total, batch, stable_generator(name))
-    return Workload(
-        name=name,
-        axes={"batch_size": batch, "num_pages": num_pages, "len_indptr": batch + 1, "num_kv_indices": total},
-        params={"kv_lens": lens, "sm_scale": SM_SCALE},
-    )
+    return decode_workload(name, batch, total, num_pages, SM_SCALE)
 
 
 def workload_sets() -> dict[str, list[Workload]]:

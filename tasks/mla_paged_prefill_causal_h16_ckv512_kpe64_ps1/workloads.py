@@ -9,7 +9,7 @@ The `tiny` set shrinks num_pages so the CPU interpreter stays fast.
 import torch
 
 from ksearch.task import Workload
-from ksearch.task.paged import paged_indices, split_lengths, stable_generator
+from ksearch.task.paged import paged_indices, prefix_sums, split_lengths, stable_generator
 
 NUM_QO_HEADS, HEAD_DIM_CKV, HEAD_DIM_KPE = 16, 512, 64
 SM_SCALE = 0.1352337747812271
@@ -73,8 +73,7 @@ def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:
     ckv_cache = torch.randn(pages, 1, HEAD_DIM_CKV, generator=gen, device=device, dtype=bf16)
     kpe_cache = torch.randn(pages, 1, HEAD_DIM_KPE, generator=gen, device=device, dtype=bf16)
     q_lens = workload.params["q_lens"]
-    qo_indptr = torch.zeros(len(q_lens) + 1, dtype=torch.int32)
-    qo_indptr[1:] = torch.cumsum(torch.tensor(q_lens, dtype=torch.int64), 0).to(torch.int32)
+    qo_indptr = prefix_sums(q_lens)
     kv_indptr, kv_indices = paged_indices(workload.params["kv_lens"], pages, torch.Generator().manual_seed(seed))
     return {
         "q_nope": q_nope, "q_pe": q_pe, "ckv_cache": ckv_cache, "kpe_cache": kpe_cache,
