@@ -22,8 +22,13 @@ class LLMConfig:
     max_tokens: Optional[int] = None
     timeout_s: float = 600.0
     max_retries: int = 4
-    api_base: Optional[str] = None
+    api_base: Optional[str] = None        # an OpenAI-compatible server, e.g. a local vLLM
+    reasoning_effort: Optional[str] = None  # low | medium | high, for models that reason
     edit_retries: int = 3                 # re-asks when an edit script is invalid
+    max_cost_usd: Optional[float] = None  # budget: the run ends cleanly once spent
+    max_requests: Optional[int] = None    # budget: model requests (replayed ones are free)
+    replay: Optional[str] = None          # RUN_DIR: answer every request from that run's recorded replies
+    cache_dir: Optional[str] = None       # shared content-addressed response cache (default: the run's own)
 
 
 @dataclass
@@ -37,6 +42,7 @@ class SearchConfig:
     improvement_margin: float = 0.01      # relative gain that counts as an improvement
     explore_weight: float = 0.35          # bonus for actions in little-tried kernel families (0 = greedy)
     seed_solution: Optional[str] = None   # a kernel file to evaluate first and attach to the root
+    policy: str = "learned"               # learned (measured evidence + calibration) | greedy (K-Search's)
 
 
 @dataclass
@@ -48,6 +54,10 @@ class EvalConfig:
     iterations: int = 50                  # GPU; on the CPU interpreter 3
     cpu_warmup: int = 0
     cpu_iterations: int = 1
+    trials: int = 3                       # timing trials per workload (GPU); their spread is the noise
+    check_trials: int = 2                 # correctness checks per workload, each on fresh random inputs
+    static_checks: bool = True            # refuse forbidden source (reference imports, file/network, timer patches)
+    remeasure_near_ties: bool = True      # re-measure a candidate within noise of the best, interleaved
 
 
 @dataclass
@@ -64,6 +74,10 @@ class Config:
     search: SearchConfig = field(default_factory=SearchConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    # fork.from=RUN_DIR fork.node=ID: start from the path root..ID of another run's tree ("from" is a
+    # Python keyword, so this group is a checked mapping rather than a dataclass; see app.fork_settings).
+    fork: Any = field(default_factory=lambda: {"from": None, "node": None})
+    logger: str = "none"                  # none | wandb | mlflow (imported only when chosen)
 
 
 def register_configs(task_names: list[str]) -> None:
