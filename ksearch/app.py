@@ -68,35 +68,89 @@ def resolve_eval(cfg: DictConfig, task: Any) -> tuple[str, str, list[Any], Any]:
     settings = EvalSettings(device=device, timeout_s=cfg.eval.timeout_s,
                             warmup=cfg.eval.warmup if on_gpu else cfg.eval.cpu_warmup,
                             iterations=cfg.eval.iterations if on_gpu else cfg.eval.cpu_iterations,
-                            run_seed=cfg.run.seed)
+                            run_seed=cfg.run.seed, trials=cfg.eval.trials, check_trials=cfg.eval.check_trials,
+                            static_checks=cfg.eval.static_checks)
     return device, set_name, workloads, settings
+
+
+def fork_settings(cfg: DictConfig) -> tuple[str | None, str | None]:
+    """(fork.from, fork.node), checked: `fork` is a plain mapping (its key `from` is a Python keyword)."""
+    fork = cfg.get("fork") or {}
+    unknown = set(fork) - {"from", "node"}
+    if unknown:
+        raise ConfigError(f"unknown fork settings {sorted(unknown)}; use fork.from=RUN_DIR fork.node=ID")
+    src, node = fork.get("from"), fork.get("node")
+    if node and not src:
+        raise ConfigError("fork.node needs fork.from=RUN_DIR (the run to fork)")
+    return (str(src) if src else None), (str(node) if node is not None else None)
+
+
+def recorded_settings(run_path: Path) -> DictConfig | None:
+    """The settings a run's journal says are in effect at its end (first segment + recorded changes)."""
+    from ksearch.store import read_journal
+
+    records, _ = read_journal(run_path / "journal.jsonl")
+    cfg = None
+    for r in records:
+        if r.get("kind") == "run_start" and r.get("config"):
+            cfg = r["config"]
+        elif r.get("kind") == "config":
+            cfg = r["config"]
+    return OmegaConf.merge(OmegaConf.structured(Config), cfg) if cfg else None  # type: ignore[return-value]
+
+
+def _model_settings(cfg: DictConfig) -> dict[str, Any]:
+    llm = OmegaConf.to_container(cfg.llm) if isinstance(cfg.llm, DictConfig) else dict(cfg.llm)
+    return {k: v for k, v in llm.items() if k not in ("kind", "replay_measurements")}
 
 
 def execute(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None):
     """Run (fresh) or resume the search described by `cfg` in `run_path`. Returns the SearchOutcome."""
     from ksearch.eval.evaluator import Evaluator
     from ksearch.llm import build_model
-    from ksearch.planner.search import Search
+    from ksearch.planner.search import Search, frozen_changes, settings_diff
     from ksearch.store import Journal, RunDir
+    from ksearch.store.fork import ForkError, load_fork, seed_from_own_journal
+    from ksearch.store.replay import RecordedEvaluator
     from ksearch.task import load_task
 
     c: Config = cfg  # type: ignore[assignment]
     task = load_task(c.task.name)
     device, set_name, workloads, settings = resolve_eval(cfg, task)
     run = RunDir(run_path)
+    fork_from, fork_node = fork_settings(cfg)
+    fork = None
     if fresh:
+        if fork_from:
+            try:
+                fork = load_fork(Path(fork_from), fork_node)
+            except ForkError as e:
+                raise ConfigError(str(e)) from None
         run.create(OmegaConf.to_yaml(cfg))
     elif not run.exists():
         raise ConfigError(f"{run_path} holds no run to resume")
     else:
-        run.config_path.write_text(OmegaConf.to_yaml(cfg))
-    llm_kw = OmegaConf.to_container(cfg.llm) if isinstance(cfg.llm, DictConfig) else dict(cfg.llm)
-    model = build_model(c.llm.kind, max_new_nodes=c.search.max_new_nodes, **{k: v for k, v in llm_kw.items()
-                                                                             if k != "kind"})
+        recorded = recorded_settings(run_path)
+        if recorded is not None:
+            bad = frozen_changes(settings_diff(recorded, cfg))
+            if bad:
+                raise ConfigError(f"resume cannot change {', '.join(bad)}: the recorded measurements would no "
+                                  f"longer compare. Start a new run, or branch this one with `ksearch run "
+                                  f"fork.from={run_path} fork.node=ID ...`")
+        if fork_from:    # rebuilt from this run's own records (the source run may be gone by now)
+            fork = seed_from_own_journal(run_path)
+        from ksearch.store.rundir import atomic_write
+        atomic_write(run.config_path, OmegaConf.to_yaml(cfg))
+    model = build_model(c.llm.kind, run_dir=run_path, max_new_nodes=c.search.max_new_nodes,
+                        **_model_settings(cfg))
     journal = Journal(run.journal_path)
-    evaluator = Evaluator(task, settings)
+    notify = progress.message if progress is not None else print
+    if c.llm.replay and c.llm.replay_measurements:
+        evaluator: Any = RecordedEvaluator(Path(c.llm.replay), lambda: Evaluator(task, settings), notify)
+    else:
+        evaluator = Evaluator(task, settings)
     try:
-        search = Search(c, task, model, evaluator, run, journal, workloads, set_name, device, progress)
+        search = Search(c, task, model, evaluator, run, journal, workloads, set_name, device, progress, fork=fork)
         return search.run()
     finally:
         evaluator.close()

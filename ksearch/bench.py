@@ -3,6 +3,11 @@
 Prints one table per kernel (per workload: latency, speedup against each baseline, achieved bandwidth
 and its fraction of the device's copy bandwidth when the task knows its traffic), then the geometric
 mean and fast_p (fraction of workloads faster than the best baseline). `--out` keeps the raw numbers.
+
+`--baseline-repeats N` instead measures the baselines N times, each in a fresh worker process (a new
+CUDA context, as a new run would get), and prints per workload and variant the median latency and the
+coefficient of variation (sample standard deviation / mean) across the N runs, plus the largest CV of
+the best-of-variants latency: the repeatability check ("under 2% over ten runs").
 """
 
 from __future__ import annotations
@@ -60,15 +65,17 @@ def copy_bandwidth_tbs() -> float | None:
 def summarize(name: str, report: EvalReport, baseline: BaselineTimes, traffic: dict[str, int | None],
               copy_tbs: float | None) -> dict[str, Any]:
     rows = []
-    best = baseline.best()
+    # Baselines timed in the kernel's own job, interleaved with it (GPU), when there are any.
+    variants = {v: {**t, **report.baseline_ms.get(v, {})} for v, t in baseline.variants.items()}
+    best = {**baseline.best(), **{w.workload: w.baseline_ms for w in report.workloads if w.baseline_ms}}
     for w in report.workloads:
         row: dict[str, Any] = {"workload": w.workload, "status": w.status, "latency_ms": w.latency_ms,
-                               "reference_ms": baseline.reference.get(w.workload)}
-        for v, times in baseline.variants.items():
+                               "spread": w.spread, "reference_ms": baseline.reference.get(w.workload)}
+        for v, times in variants.items():
             row[f"{v}_ms"] = times.get(w.workload)
         if w.latency_ms:
             row["vs_best"] = best[w.workload] / w.latency_ms if w.workload in best else None
-            for v, times in baseline.variants.items():
+            for v, times in variants.items():
                 if w.workload in times:
                     row[f"vs_{v}"] = times[w.workload] / w.latency_ms
             tb = traffic.get(w.workload)
@@ -79,6 +86,7 @@ def summarize(name: str, report: EvalReport, baseline: BaselineTimes, traffic: d
         rows.append(row)
     ok = [r for r in rows if r.get("vs_best")]
     out = {"name": name, "status": report.status, "rows": rows, "baseline": baseline.label,
+           "flags": report.flags, "score_spread": report.score_spread, "env": report.env,
            "geomean_vs_best": geomean([r["vs_best"] for r in ok]) if ok and report.passed else None,
            "fast_p": sum(1 for r in ok if r["vs_best"] > 1) / max(1, len(rows)) if report.passed else 0.0}
     for v in baseline.variants:
@@ -92,7 +100,7 @@ def summarize(name: str, report: EvalReport, baseline: BaselineTimes, traffic: d
 
 def print_summary(console: Console, s: dict[str, Any], variants: list[str]) -> None:
     t = Table(title=f"{s['name']}  [{s['status']}]  vs {s['baseline']}")
-    cols = ["workload", "ref ms"] + [f"{v} ms" for v in variants] + ["kernel ms", "vs best"] + \
+    cols = ["workload", "ref ms"] + [f"{v} ms" for v in variants] + ["kernel ms", "±%", "vs best"] + \
         [f"vs {v}" for v in variants] + ["TB/s", "% copy"]
     for c in cols:
         t.add_column(c, justify="right" if c != "workload" else "left")
@@ -102,14 +110,62 @@ def print_summary(console: Console, s: dict[str, Any], variants: list[str]) -> N
 
     for r in s["rows"]:
         t.add_row(r["workload"], f(r.get("reference_ms")), *[f(r.get(f"{v}_ms")) for v in variants],
-                  f(r.get("latency_ms")), f(r.get("vs_best"), ".3f"), *[f(r.get(f"vs_{v}"), ".3f") for v in variants],
+                  f(r.get("latency_ms")), f(100 * r["spread"] if r.get("spread") else None, ".1f"),
+                  f(r.get("vs_best"), ".3f"), *[f(r.get(f"vs_{v}"), ".3f") for v in variants],
                   f(r.get("tb_per_s"), ".2f"), f(100 * r["frac_copy_bw"], ".0f") if r.get("frac_copy_bw") else "-")
     console.print(t)
     extra = "  ".join(f"vs {v}: {f(s.get(f'geomean_vs_{v}'), '.3f')}" for v in variants)
     console.print(f"geomean vs best baseline: {f(s['geomean_vs_best'], '.3f')}  fast_p: {s['fast_p']:.2f}  {extra}",
                   highlight=False)
+    for flag in s.get("flags") or []:
+        console.print(f"flag: {flag}", highlight=False, markup=False)
     if s.get("failure"):
         console.print(f"failure: {s['failure']}", highlight=False, markup=False)
+
+
+def repeat_baselines(task: Any, settings: Any, workloads: list[Any], repeats: int,
+                     progress: Any = None) -> dict[str, Any]:
+    """Measure the baselines `repeats` times, each in a fresh worker; per variant and workload the
+    latencies, their median and coefficient of variation ("best" is the best variant per run)."""
+    import statistics
+
+    from ksearch.eval.evaluator import Evaluator
+
+    runs: list[dict[str, dict[str, float]]] = []
+    envs = []
+    for i in range(repeats):
+        with Evaluator(task, settings) as ev:
+            b = ev.measure_baselines(workloads)
+        runs.append({**b.variants, "best": b.best()})
+        envs.append(b.env)
+        if progress:
+            progress(i + 1, b)
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    for variant in runs[0]:
+        for w in (w.name for w in workloads):
+            vals = [r[variant][w] for r in runs if w in r.get(variant, {})]
+            if not vals:
+                continue
+            mean = statistics.fmean(vals)
+            cv = statistics.stdev(vals) / mean if len(vals) > 1 and mean > 0 else 0.0
+            table.setdefault(variant, {})[w] = {"median_ms": statistics.median(vals), "cv": cv, "min_ms": min(vals),
+                                                "max_ms": max(vals), "runs": vals}
+    worst = max((c["cv"] for c in table.get("best", {}).values()), default=0.0)
+    return {"repeats": repeats, "table": table, "max_cv_best": worst, "envs": envs}
+
+
+def print_repeats(console: Console, result: dict[str, Any], limit: float = 0.02) -> None:
+    t = Table(title=f"baselines over {result['repeats']} fresh processes")
+    for c in ("variant", "workload", "median ms", "CV %", "min ms", "max ms"):
+        t.add_column(c, justify="left" if c in ("variant", "workload") else "right")
+    for variant, rows in result["table"].items():
+        for w, r in rows.items():
+            t.add_row(variant, w, f"{r['median_ms']:.4g}", f"{100 * r['cv']:.2f}", f"{r['min_ms']:.4g}",
+                      f"{r['max_ms']:.4g}")
+    console.print(t)
+    verdict = "within" if result["max_cv_best"] < limit else "NOT within"
+    console.print(f"largest CV of the best baseline: {100 * result['max_cv_best']:.2f}% ({verdict} "
+                  f"{100 * limit:.0f}%)", highlight=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run", action="append", default=[], help="a run directory: bench its best kernel")
     p.add_argument("--families", action="store_true", help="bench every catalog family at its defaults")
     p.add_argument("--out", default=None, help="write all numbers as JSON here")
+    p.add_argument("--baseline-repeats", type=int, default=0, metavar="N",
+                   help="only measure the baselines, N times in fresh processes: median and CV per workload")
     p.add_argument("overrides", nargs="*", help="Hydra overrides: task=..., eval.workloads=..., eval.device=...")
     args = p.parse_intermixed_args(argv)
 
@@ -132,6 +190,15 @@ def main(argv: list[str] | None = None) -> int:
     task = load_task(cfg.task.name)
     device, set_name, workloads, settings = resolve_eval(cfg, task)
     on_gpu = device.startswith("cuda")
+    if args.baseline_repeats:
+        result = repeat_baselines(task, settings, workloads, args.baseline_repeats,
+                                  lambda i, b: console.print(f"run {i}: {b.label}", highlight=False))
+        print_repeats(console, result)
+        console.print(json.dumps(_versions()), highlight=False)
+        if args.out:
+            Path(args.out).write_text(json.dumps({"task": task.name, "workload_set": set_name, "device": device,
+                                                  "versions": _versions(), **result}, indent=1, default=str))
+        return 0
     kernels: list[tuple[str, str]] = [(Path(s).name, extract_python(Path(s).read_text())) for s in args.solution]
     for r in args.run:
         kernels.append((f"best of {r}", extract_python((Path(r) / "best" / "solution.py").read_text())))

@@ -1,4 +1,4 @@
-"""The `ksearch` command: run, resume, show, eval, tasks."""
+"""The `ksearch` command: run (and sweeps), resume, show, report, compare, eval, tasks."""
 
 from __future__ import annotations
 
@@ -30,85 +30,216 @@ def _print_outcome(outcome) -> None:
     console.print(f"run written to {outcome.run_dir}", highlight=False)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from ksearch.app import compose_config, execute
-    from ksearch.store import default_run_dir
+def _sinks(cfg, run_path: Path, group: str | None = None):
+    """The run's progress sink: the terminal display, plus the experiment tracker when `logger` picks one."""
+    from ksearch.config import to_plain
     from ksearch.viz.progress import LiveProgress
+    from ksearch.viz.tracking import make_tracker, tee
 
-    cfg = compose_config(args.overrides)
-    run_path = Path(cfg.run.dir) if cfg.run.dir else default_run_dir(cfg.task.name)
-    console.print(f"run directory: {run_path}", highlight=False)
-    progress = LiveProgress(console, live=cfg.run.live)
+    tracker = make_tracker(cfg.get("logger", "none"), to_plain(cfg), run_path, group=group,
+                           warn=lambda text: console.print(f"[yellow]warning:[/] {text}", highlight=False))
+    return tee(LiveProgress(console, live=cfg.run.live), tracker)
+
+
+def _execute(cfg, run_path: Path, *, fresh: bool) -> int:
+    from ksearch.app import execute
+
+    sink = _sinks(cfg, run_path)
+    status = "failed"
     try:
-        outcome = execute(cfg, run_path, fresh=True, progress=progress)
+        outcome = execute(cfg, run_path, fresh=fresh, progress=sink)
+        sink.summary({"best_score": outcome.best.score if outcome.best else None,
+                      "evaluations": outcome.evaluations, "stop_reason": outcome.stop_reason})
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "killed"
+        raise
     finally:
-        progress.stop()
+        sink.stop(status)
     _print_outcome(outcome)
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from ksearch.app import ConfigError, compose_config
+    from ksearch.store import default_run_dir
+
+    if args.multirun:
+        return cmd_sweep(args)
+    swept = _swept_overrides(args.overrides)
+    if swept:
+        raise ConfigError(f"{' '.join(swept)}: several values are a sweep; add -m to run every combination "
+                          f"(`ksearch run -m {' '.join(args.overrides)}`)")
+    cfg = compose_config(args.overrides)
+    run_path = Path(cfg.run.dir) if cfg.run.dir else default_run_dir(cfg.task.name)
+    console.print(f"run directory: {run_path}", highlight=False)
+    return _execute(cfg, run_path, fresh=True)
+
+
+def _swept_overrides(overrides: list[str]) -> list[str]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        return [o.input_line for o in OverridesParser.create().parse_overrides(overrides) if o.is_sweep_override()]
+    except HydraException:
+        return []       # compose_config reports the syntax error with its own hint
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from ksearch.config import to_plain
+    from ksearch.sweep import plan_sweep, run_sweep
+    from ksearch.viz.tracking import check_logger
+
+    sweep = plan_sweep(args.overrides)
+    console.print(f"sweep of {len(sweep.arms)} runs in {sweep.root}", highlight=False)
+
+    def make_progress(cfg, run_path: Path, group: str):
+        return _sinks(cfg, run_path, group=group)
+
+    def compose(overrides: list[str]):
+        from ksearch.app import compose_config
+
+        cfg = compose_config(overrides)
+        check_logger(to_plain(cfg).get("logger", "none"))    # a missing tracker package fails before arm 1
+        return cfg
+
+    try:
+        run_sweep(sweep, compose=compose, make_progress=make_progress,
+                  log=lambda text: console.print(text, highlight=False, markup=False))
+    finally:
+        if (sweep.root / "sweep.json").is_file():      # absent when a config error stopped it before arm 1
+            _sweep_summary(sweep)
+    return 0 if not sweep.failed() else 1
+
+
+def _sweep_summary(sweep) -> None:
+    """The arms side by side (the `compare` table), then every arm that did not finish, with its error."""
+    from ksearch.store import load_history
+    from ksearch.store.history import is_run_dir
+    from ksearch.viz.compare import compare_rows, compare_table, default_target
+
+    histories = [load_history(a.run_dir) for a in sweep.arms if is_run_dir(a.run_dir)]
+    if histories:
+        target = default_target(histories)
+        console.print(compare_table(compare_rows(histories, target), target))
+    for arm in sweep.failed():
+        console.print(f"[red]arm {arm.index} {arm.status}[/] ({arm.name}): {arm.error or ''}", highlight=False)
+    console.print(f"sweep written to {sweep.root} (sweep.json lists the arms; `ksearch compare {sweep.root}` "
+                  f"redraws this table)", highlight=False)
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
-    from ksearch.app import execute, load_saved_config
-    from ksearch.viz.progress import LiveProgress
+    from ksearch.app import load_saved_config
 
     run_path = Path(args.run_dir)
     cfg = load_saved_config(run_path, args.overrides)
     console.print(f"resuming {run_path}", highlight=False)
-    progress = LiveProgress(console, live=cfg.run.live)
-    try:
-        outcome = execute(cfg, run_path, fresh=False, progress=progress)
-    finally:
-        progress.stop()
-    _print_outcome(outcome)
-    return 0
+    return _execute(cfg, run_path, fresh=False)
 
 
-def _run_state(run_path: Path) -> dict:
-    from ksearch.store import read_journal
+def _statuses(text: str | None) -> set[str] | None:
+    from ksearch.viz.tree_view import NODE_STATUSES
 
-    records, _ = read_journal(run_path / "journal.jsonl")
-    if not records:
-        raise FileNotFoundError(f"{run_path} has no journal; is it a run directory?")
-    state: dict = {"tree": None, "best": None, "ended": False, "evaluations": 0, "round": 0}
-    for r in records:
-        if r["kind"] == "tree":
-            state["tree"] = r["tree"]
-        elif r["kind"] == "best":
-            state["best"] = r
-        elif r["kind"] == "evaluation":
-            state["evaluations"] += 1
-            state["round"] = max(state["round"], r.get("round", 0))
-        elif r["kind"] == "run_end":
-            state["ended"] = True
-    if state["tree"] is None:
-        raise RuntimeError(f"{run_path}: the run has not built its world model yet")
-    return state
+    if not text:
+        return None
+    wanted = {s.strip() for s in text.split(",") if s.strip()}
+    bad = wanted - set(NODE_STATUSES)
+    if bad:
+        raise KeyError(f"--status {','.join(sorted(bad))}: node statuses are {', '.join(NODE_STATUSES)} "
+                       f"(comma-separated for several)")
+    return wanted
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from rich.live import Live
-
-    from ksearch.viz.tree_view import render_tree, show_run
-    from ksearch.world_model import WorldModel
+    from ksearch.store import load_history
+    from ksearch.viz.node_view import render_node
+    from ksearch.viz.tree_view import run_summary, show_run
 
     run_path = Path(args.run_dir)
-    if not args.live:
-        state = _run_state(run_path)
-        show_run(state, console, node_id=args.node, depth=args.depth)
-        best = state["best"]
-        console.print(f"{state['evaluations']} evaluations; "
-                      + (f"best {best['score']:.4g}x at {best['node_id']}" if best else "no passing kernel yet")
-                      + ("" if state["ended"] else " (run not finished)"), highlight=False)
+    statuses = _statuses(args.status)
+    if args.live:
+        return _show_live(run_path, args.node, args.depth, statuses)
+    history = load_history(run_path)
+    show_run(history, console, node_id=args.node, depth=args.depth, statuses=statuses)
+    if args.node:
+        console.print(render_node(history, args.node))
+    console.print(run_summary(history), highlight=False)
+    if history.torn_tail:
+        console.print("[dim]the journal ends in a partial line (the run is writing it, or was killed mid-write)[/]")
+    return 0
+
+
+def _show_live(run_path: Path, node_id: str | None, depth: int | None, statuses: set[str] | None) -> int:
+    """Redraw the tree every 2 s from the journal until the run ends (Ctrl-C leaves; the run goes on)."""
+    from ksearch.store import load_history
+
+    if not run_path.is_dir():
+        load_history(run_path)      # raises with the message that says what to pass
+    try:
+        return _follow(run_path, node_id, depth, statuses)
+    except KeyboardInterrupt:
+        console.print("stopped watching; the run itself goes on", highlight=False)
         return 0
+
+
+def _follow(run_path: Path, node_id: str | None, depth: int | None, statuses: set[str] | None) -> int:
+    from rich.console import Group
+    from rich.live import Live
+    from rich.text import Text
+
+    from ksearch.store import NotARunError, load_history
+    from ksearch.viz.tree_view import render_tree, run_summary
+
     with Live(console=console, refresh_per_second=1) as live:
         while True:
-            state = _run_state(run_path)
-            wm = WorldModel.from_json(state["tree"])
-            best = state["best"] or {}
-            live.update(render_tree(wm, root_id=args.node, max_depth=args.depth, best_node_id=best.get("node_id")))
-            if state["ended"]:
-                return 0
+            try:
+                history = load_history(run_path)
+            except NotARunError:
+                if not (run_path / "config.yaml").is_file():
+                    raise
+                history = None      # created, but the journal has no records yet
+            wm = history.world_model() if history else None
+            if wm is None:
+                live.update(Text(f"waiting for {run_path} to build its world model ...", style="dim"))
+            else:
+                best = history.best
+                if node_id and node_id not in wm:
+                    raise KeyError(f"no node {node_id!r} in this run (yet)")
+                live.update(Group(render_tree(wm, root_id=node_id, max_depth=depth, statuses=statuses,
+                                              best_node_id=best.node_id if best else None), run_summary(history)))
+                if history.ended:
+                    return 0
             time.sleep(2)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from ksearch.store import load_history
+    from ksearch.viz.report import write_report
+
+    history = load_history(args.run_dir)
+    path = write_report(history, Path(args.out) if args.out else None)
+    console.print(f"report written to {path}", highlight=False)
+    for png in sorted(path.parent.glob("*.png")):
+        console.print(f"  {png}", highlight=False)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ksearch.store import load_history
+    from ksearch.viz.compare import compare_json, compare_rows, compare_table, default_target, expand_run_dirs
+
+    histories = [load_history(p) for p in expand_run_dirs(args.run_dirs)]
+    target = args.target if args.target is not None else default_target(histories)
+    rows = compare_rows(histories, target)
+    if args.json:
+        print(compare_json(rows, target))
+    else:
+        console.print(compare_table(rows, target))
+        if args.target is None and target is not None:
+            console.print(f"[dim]target: the smallest best score among the runs ({target:.4g}x); "
+                          f"--target SCORE picks another[/]")
+    return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -168,18 +299,32 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ksearch", description="World-model guided search for fast GPU kernels.")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="start a search (Hydra overrides, e.g. task=... search.max_rounds=8)")
+    r.add_argument("-m", "--multirun", action="store_true",
+                   help="sweep: run every combination of comma-separated values (task=a,b run.seed=0,1)")
     r.add_argument("overrides", nargs="*")
     r.set_defaults(fn=cmd_run)
     s = sub.add_parser("resume", help="continue a stopped run from its journal")
     s.add_argument("run_dir")
     s.add_argument("overrides", nargs="*")
     s.set_defaults(fn=cmd_resume)
-    v = sub.add_parser("show", help="draw a run's plan tree")
+    v = sub.add_parser("show", help="draw a run's plan tree, or one node in detail")
     v.add_argument("run_dir")
-    v.add_argument("--node", default=None, help="draw only the subtree under this node")
+    v.add_argument("--node", default=None, help="this node: its subtree, plan, kernel, diff and measurements")
     v.add_argument("--depth", type=int, default=None, help="levels below the start node")
+    v.add_argument("--status", default=None, help="only nodes with these statuses (and their ancestors): "
+                   "open, closed, failed, pruned, decision; comma-separated")
     v.add_argument("--live", action="store_true", help="redraw until the run ends")
     v.set_defaults(fn=cmd_show)
+    rp = sub.add_parser("report", help="write report.md with plots for a run")
+    rp.add_argument("run_dir")
+    rp.add_argument("--out", default=None, help="output folder (default RUN_DIR/report)")
+    rp.set_defaults(fn=cmd_report)
+    c = sub.add_parser("compare", help="runs side by side (run folders, or a sweep folder)")
+    c.add_argument("run_dirs", nargs="+")
+    c.add_argument("--target", type=float, default=None,
+                   help="score whose time/rounds to reach are compared (default: smallest best among the runs)")
+    c.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    c.set_defaults(fn=cmd_compare)
     e = sub.add_parser("eval", help="judge one solution file with the search's evaluator")
     e.add_argument("solution")
     e.add_argument("overrides", nargs="*")
@@ -198,14 +343,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from ksearch.app import ConfigError
     from ksearch.llm.base import ModelError
-    from ksearch.store import JournalDivergence
+    from ksearch.store import JournalCorrupted, JournalDivergence
+    from ksearch.sweep import SweepError
     from ksearch.task import UnknownTaskError
+    from ksearch.viz.tracking import TrackingError
 
     try:
         return args.fn(args)
-    except (ConfigError, UnknownTaskError, ModelError, JournalDivergence, FileNotFoundError, FileExistsError,
-            KeyError) as e:
-        console.print(f"[bold red]error:[/] {e}", highlight=False)
+    except (ConfigError, UnknownTaskError, ModelError, JournalDivergence, JournalCorrupted, SweepError,
+            TrackingError, FileNotFoundError, FileExistsError, KeyError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e     # KeyError's str() adds quotes
+        console.print(f"[bold red]error:[/] {msg}", highlight=False)
         return 2
     except KeyboardInterrupt:
         console.print("interrupted; everything recorded so far is in the journal (`ksearch resume` continues)")

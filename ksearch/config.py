@@ -28,6 +28,7 @@ class LLMConfig:
     max_cost_usd: Optional[float] = None  # budget: the run ends cleanly once spent
     max_requests: Optional[int] = None    # budget: model requests (replayed ones are free)
     replay: Optional[str] = None          # RUN_DIR: answer every request from that run's recorded replies
+    replay_measurements: bool = True      # with replay: also take that run's measurements (exact re-run)
     cache_dir: Optional[str] = None       # shared content-addressed response cache (default: the run's own)
 
 
@@ -43,6 +44,7 @@ class SearchConfig:
     explore_weight: float = 0.35          # bonus for actions in little-tried kernel families (0 = greedy)
     seed_solution: Optional[str] = None   # a kernel file to evaluate first and attach to the root
     policy: str = "learned"               # learned (measured evidence + calibration) | greedy (K-Search's)
+    language: str = "triton"              # what code requests ask for: triton | cuda (either is accepted)
 
 
 @dataclass

@@ -3,6 +3,8 @@
 # $OUT/results.tgz (one file back), and each step's summary is printed.
 #   "search TASK SET ROUNDS"      ksearch run on TASK/SET, run dir kept as run_<TASK>.tgz
 #   "bench TASK SET [RUN_TGZ]"    ksearch bench (--families, plus the run's best when RUN_TGZ is given)
+#   "repeat TASK SET N"           baselines measured N times in fresh processes: median and CV per workload
+#   "pytest PATH..."              the GPU-marked tests under PATH (python -m pytest -m gpu)
 set -uo pipefail
 source .gpu/activate.sh .gpu
 export PYTHONPATH=.:${PYTHONPATH:-}
@@ -22,6 +24,14 @@ for step in "$@"; do
       timeout ${STEP_TIMEOUT:-170} python3 -m ksearch.cli bench task=$2 eval.workloads=$3 --families $extra \
         ${BENCH_OVERRIDES:-} --out $R/bench_$2_$3.json > $R/bench_$2_$3.log 2>&1; echo "== bench $2 $3 rc=$?"
       grep -E "^(geomean|failure|baseline|copy)|\[(PASSED|INCORRECT|RUNTIME|COMPILE|TIMEOUT)" $R/bench_$2_$3.log | cut -c1-230 ;;
+    repeat)
+      timeout ${STEP_TIMEOUT:-300} python3 -m ksearch.cli bench task=$2 eval.workloads=$3 --baseline-repeats $4 \
+        --out $R/repeat_$2_$3.json > $R/repeat_$2_$3.log 2>&1; echo "== repeat $2 $3 x$4 rc=$?"
+      grep -vE "^run [0-9]+:" $R/repeat_$2_$3.log | cut -c1-200 | tail -40 ;;
+    pytest)
+      shift
+      timeout ${STEP_TIMEOUT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider "$@" > $R/pytest_gpu.log 2>&1
+      echo "== pytest -m gpu $* rc=$?"; tail -40 $R/pytest_gpu.log | cut -c1-300 ;;
   esac
 done
 tar czf $OUT/results.tgz -C $R .

@@ -49,3 +49,21 @@ def test_eval_judges_a_rendered_catalog_kernel(tmp_path, capsys):
     assert main(["eval", str(path), "eval.timeout_s=120"]) == 0
     out = capsys.readouterr().out
     assert "PASSED" in out and "PyTorch reference (CPU)" in out
+
+
+def test_help_lists_the_commands_for_looking_at_runs(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for command in ("run", "resume", "show", "report", "compare", "eval", "tasks"):
+        assert command in out
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    assert "-m, --multirun" in capsys.readouterr().out
+
+
+def test_report_and_compare_of_a_non_run_say_so(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "not a run directory" in capsys.readouterr().out
+    assert main(["compare", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().out

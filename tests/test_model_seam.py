@@ -69,14 +69,17 @@ def test_litellm_model_is_imported_lazily_and_parses_like_offline(monkeypatch):
     def completion(**kw):
         calls.append(kw)
         msg = types.SimpleNamespace(content='```json\n{"ops": []}\n```')
-        return types.SimpleNamespace(choices=[types.SimpleNamespace(message=msg)], usage={"total_tokens": 7})
+        return types.SimpleNamespace(choices=[types.SimpleNamespace(message=msg, finish_reason="stop")],
+                                     usage={"prompt_tokens": 5, "completion_tokens": 2})
 
     fake = types.SimpleNamespace(completion=completion, completion_cost=lambda **kw: 0.001,
                                  AuthenticationError=Err, NotFoundError=Err, BadRequestError=Err)
     monkeypatch.setitem(sys.modules, "litellm", fake)
     model = build_model("litellm", model="openai/test-model", temperature=0.2)
     reply = model.complete(ModelRequest("edit", "propose", "PROMPT", {}, ["bad rating"]))
-    assert reply.text.startswith("```json") and reply.usage["total_tokens"] == 7
+    assert reply.text.startswith("```json")
+    assert (reply.usage["prompt_tokens"], reply.usage["completion_tokens"], reply.usage["cost_usd"]) == (5, 2, 0.001)
+    assert reply.usage["tries"] == 1 and reply.usage["cost_known"] and not reply.usage["cached"]
     sent = calls[0]["messages"][0]["content"]
     assert sent.startswith("PROMPT") and "bad rating" in sent and calls[0]["temperature"] == 0.2
 
@@ -88,3 +91,23 @@ def test_litellm_needs_a_model_name():
 
     with pytest.raises(ModelError, match="llm.model"):
         build_model("litellm", model=None)
+
+
+def test_importing_the_seam_and_the_offline_model_does_not_import_litellm():
+    import subprocess
+
+    code = ("import sys; from ksearch.llm import build_model; from ksearch.llm.base import ModelRequest; "
+            "m = build_model('offline', max_new_nodes=2, model=None, temperature=None, edit_retries=3, "
+            "max_cost_usd=1.0, max_requests=5, replay=None, cache_dir=None); "
+            "assert 'litellm' not in sys.modules, 'litellm imported'; print(m.name)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "offline"
+
+
+def test_offline_replies_carry_the_usage_keys():
+    from ksearch.llm import USAGE_KEYS
+
+    req = ModelRequest("init", "init", "P", {"task": TASK})
+    u = OfflineModel().complete(req).usage
+    assert set(USAGE_KEYS) <= set(u) and u["cost_usd"] == 0.0 and u["cost_known"] and u["tries"] == 1

@@ -1,30 +1,51 @@
-"""The parent side of evaluation: a worker process per device, a timeout per job, respawn on crash.
+"""The parent side of evaluation: static checks, one spawned worker at a time, a timeout per job, and a
+fresh worker after anything goes wrong.
 
-A candidate that hangs is killed at the timeout (TIMEOUT); one that kills its process (a segfault, an
-illegal memory access that poisons the CUDA context) is reported as RUNTIME_ERROR with the exit code,
-and the next job gets a fresh worker. The search process itself never runs candidate code.
+`Evaluator(task, settings)`:
+
+- `evaluate(source, solution_id, workloads, baseline) -> EvalReport`: static checks (Python sources;
+  a refusal is COMPILE_ERROR naming the line), then one job in the worker: load, check on fresh inputs,
+  time (on a GPU interleaved with the baseline variants, whose latencies the score then uses), re-check.
+- `remeasure(entries, workloads, baseline) -> list[EvalReport]`: several (source, solution_id) in one
+  job, interleaved round by round so drift hits them equally (for near-ties). If that job as a whole
+  times out or dies, each entry is evaluated alone so the culprit gets the status.
+- `measure_baselines(workloads, time_reference=False) -> BaselineTimes`.
+
+The worker is a persistent spawned process (ksearch.eval.sandbox) in its own process group. It is
+killed at the job's timeout (TIMEOUT), its death is reported with the signal (RUNTIME_ERROR), and it is
+replaced after any job in which a candidate failed or left state behind: an out-of-memory error, a CUDA
+error or a patched module can poison what comes next. The parent process never runs candidate code and
+never touches the GPU for a candidate; reports come back as plain data.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from ksearch.eval.report import BaselineTimes, EvalReport, score_report
-from ksearch.eval.worker import BaselineJob, EvalJob
+from ksearch.eval.report import (COMPILE_ERROR, INCORRECT_TAMPERING, RUNTIME_ERROR, TIMEOUT, BaselineTimes,
+                                 EvalReport, score_report)
+from ksearch.eval.sandbox import Reply, WorkerProcess, WorkerStartError
+from ksearch.eval.static_checks import StaticCheckConfig, check_source, refusal_message
 from ksearch.task import Task, Workload
+
+LARGE_OUTPUT_BYTES = 1 << 20
 
 
 @dataclass
 class EvalSettings:
     device: str                 # "cpu" (Triton interpreter) or "cuda"
-    timeout_s: float = 300.0
+    timeout_s: float = 300.0    # per job (one candidate; a re-measurement of n gets n times this)
     warmup: int = 10
-    iterations: int = 50
-    run_seed: int = 0
+    iterations: int = 50        # timed calls per trial
+    run_seed: int = 0           # seeds the baselines' inputs; candidates get fresh inputs every job
     startup_timeout_s: float = 180.0
+    trials: int = 3             # timing rounds per workload; their spread is the noise (CPU: check calls count)
+    check_trials: int = 2       # correctness checks per workload, each on fresh random inputs
+    static_checks: bool = True  # refuse forbidden Python source before it runs
+    memory_limit_gb: float | None = None   # CPU worker address-space cap; None: 3/4 of RAM; 0: no cap
+    stream_probe: bool = True   # GPU: look for kernels on other streams with CUPTI (a flag, never a failure)
 
 
 def resolve_device(requested: str) -> str:
@@ -43,50 +64,72 @@ class WorkerDied(RuntimeError):
     pass
 
 
+def _language(source: str) -> str:
+    from ksearch.instantiate.language import language_of
+
+    return language_of(source)
+
+
 class Evaluator:
-    """Sends jobs to a spawned worker; restarts it after any crash or timeout."""
+    """Sends jobs to a spawned worker; replaces it after any failure, crash or timeout."""
 
     def __init__(self, task: Task, settings: EvalSettings):
         self.task = task
         self.settings = settings
-        self._ctx = mp.get_context("spawn")
-        self._proc: Any = None
-        self._conn: Any = None
+        self.static_config = StaticCheckConfig.for_task(task)
+        self._worker: WorkerProcess | None = None
+        self.workers_started = 0
 
-    # ---- worker lifecycle ----------------------------------------------------------------------
-    def _start(self) -> None:
-        from ksearch.eval.worker import worker_main
+    # ---- worker lifecycle ----------------------------------------------------------------------------
+    @property
+    def on_gpu(self) -> bool:
+        return self.settings.device.startswith("cuda")
 
-        parent, child = self._ctx.Pipe()
-        interpret = not self.settings.device.startswith("cuda")
-        self._proc = self._ctx.Process(target=worker_main, args=(child, interpret), daemon=True)
-        self._proc.start()
-        child.close()
-        self._conn = parent
-        if not parent.poll(self.settings.startup_timeout_s):
-            self.close(kill=True)
-            raise WorkerDied(f"evaluation worker did not start within {self.settings.startup_timeout_s:.0f}s")
+    def _memory_limit(self) -> int | None:
+        from ksearch.eval.memory import default_cpu_limit_bytes
+
+        gb = self.settings.memory_limit_gb
+        if self.on_gpu or gb == 0:
+            return None
+        return int(gb * 2**30) if gb else default_cpu_limit_bytes()
+
+    def _spawn(self) -> WorkerProcess:
+        self.workers_started += 1
+        return WorkerProcess(interpret=not self.on_gpu, memory_limit_bytes=self._memory_limit())
+
+    def _request(self, kind: str, payload: Any, timeout_s: float) -> Reply:
+        if self._worker is None or not self._worker.alive():
+            if self._worker is not None:
+                self._worker.kill()
+            self._worker = self._spawn()
         try:
-            parent.recv()
-        except EOFError:
-            code = self._proc.exitcode
-            self.close(kill=True)
-            raise WorkerDied(f"evaluation worker exited at start-up (exit code {code})") from None
+            reply = self._worker.request(kind, payload, timeout_s, self.settings.startup_timeout_s)
+        except WorkerStartError as e:
+            self._worker = None
+            raise WorkerDied(str(e)) from None
+        if reply.kind in ("timeout", "died", "forged"):      # the worker was killed
+            self._worker = None
+        return reply
 
-    def close(self, kill: bool = False) -> None:
-        if self._proc is None:
+    def _replace_worker(self) -> None:
+        """Kill the worker now and start its successor, which warms up while the caller does other work."""
+        if self._worker is not None:
+            self._worker.kill()
+        self._worker = self._spawn()
+
+    @property
+    def worker_pid(self) -> int | None:
+        return self._worker.pid if self._worker is not None else None
+
+    def close(self, kill: bool = True) -> None:
+        """Stop the worker. It holds nothing worth a graceful exit, so by default its group is killed."""
+        if self._worker is None:
             return
-        if not kill and self._proc.is_alive():
-            try:
-                self._conn.send(("stop", None))
-                self._proc.join(5)
-            except (BrokenPipeError, OSError):
-                pass
-        if self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join(5)
-        self._conn.close()
-        self._proc = self._conn = None
+        if kill:
+            self._worker.kill()
+        else:
+            self._worker.stop()
+        self._worker = None
 
     def __enter__(self) -> "Evaluator":
         return self
@@ -94,53 +137,108 @@ class Evaluator:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _submit(self, kind: str, payload: Any, timeout_s: float) -> tuple[str, Any]:
-        """('ok', result) | ('error', traceback) | ('timeout', None) | ('died', exit code)."""
-        if self._proc is None or not self._proc.is_alive():
-            if self._proc is not None:
-                self.close(kill=True)
-            self._start()
-        try:
-            self._conn.send((kind, payload))
-            if not self._conn.poll(timeout_s):
-                self.close(kill=True)
-                return "timeout", None
-            return self._conn.recv()
-        except (EOFError, BrokenPipeError, ConnectionResetError):
-            self._proc.join(5)
-            code = self._proc.exitcode
-            self.close(kill=True)
-            return "died", code
+    # ---- jobs ------------------------------------------------------------------------------------------
+    def _baseline_variants(self, baseline: BaselineTimes | None) -> list[str]:
+        if baseline is None or not self.on_gpu or not str(baseline.device).startswith("cuda"):
+            return []
+        return list(baseline.variants)
 
-    # ---- jobs ------------------------------------------------------------------------------------
+    def _static_refusal(self, source: str, solution_id: str) -> EvalReport | None:
+        if not self.settings.static_checks or _language(source) != "python":
+            return None
+        violations = check_source(source, self.static_config)
+        if not violations:
+            return None
+        return EvalReport(solution_id, COMPILE_ERROR, self.settings.device, log=refusal_message(violations))
+
+    def _judge(self, entries: list[tuple[str, str]], workloads: list[Workload], baseline: BaselineTimes | None,
+               nonce: int | None = None) -> tuple[list[EvalReport], str]:
+        """Reports in entry order, and the job's outcome kind (ok | error | timeout | died | static)."""
+        from ksearch.eval.judge import EvalJob
+
+        s = self.settings
+        t0 = time.perf_counter()
+        reports: list[EvalReport | None] = [self._static_refusal(src, sid) for src, sid in entries]
+        todo = [i for i, r in enumerate(reports) if r is None]
+        kind = "static"
+        if todo:
+            job = EvalJob(task=self.task.name, candidates=[entries[i] for i in todo], workloads=list(workloads),
+                          device=s.device, run_seed=s.run_seed, warmup=s.warmup, iterations=s.iterations,
+                          trials=s.trials, check_trials=s.check_trials,
+                          baseline_variants=self._baseline_variants(baseline), nonce=nonce,
+                          tasks_root=str(self.task.dir.parent), stream_probe=s.stream_probe)
+            reply = self._request("judge", job, s.timeout_s * len(todo))
+            kind = reply.kind
+            dirty = True
+            if reply.kind == "ok":
+                got, dirty = reply.value
+            else:
+                got = [self._failed(entries[i][1], reply) for i in todo]
+            for i, r in zip(todo, got):
+                self._attach_output(r, reply)
+                reports[i] = r
+            if reply.kind == "ok" and dirty:      # any failure after candidate code ran, or state left behind
+                self._replace_worker()
+        elapsed = time.perf_counter() - t0
+        out: list[EvalReport] = []
+        for r in reports:
+            assert r is not None
+            r.elapsed_s = elapsed
+            out.append(score_report(r, baseline) if baseline is not None else r)
+        return out, kind
+
+    def _failed(self, solution_id: str, reply: Reply) -> EvalReport:
+        s = self.settings
+        if reply.kind == "timeout":
+            return EvalReport(solution_id, TIMEOUT, s.device,
+                              log=f"no result within eval.timeout_s={s.timeout_s:g}s; the worker's process group "
+                                  f"was killed")
+        if reply.kind == "died":
+            return EvalReport(solution_id, RUNTIME_ERROR, s.device,
+                              log=f"the evaluation worker died ({reply.value}): the candidate crashed its process")
+        if reply.kind == "forged":
+            return EvalReport(solution_id, INCORRECT_TAMPERING, s.device, log=str(reply.value))
+        return EvalReport(solution_id, RUNTIME_ERROR, s.device, log=f"evaluator error:\n{reply.value}")
+
+    def _attach_output(self, report: EvalReport, reply: Reply) -> None:
+        if reply.output_bytes and reply.output.strip():
+            report.log = (report.log + ("\n" if report.log else "") +
+                          f"--- worker output during this job ({reply.output_bytes} bytes; first and last KB) ---\n"
+                          + reply.output)
+        if reply.output_bytes > LARGE_OUTPUT_BYTES:
+            report.flags.append(f"wrote {reply.output_bytes / 2**20:.1f} MiB to stdout/stderr (kept the first "
+                                f"and last KB)")
+
     def evaluate(self, source: str, solution_id: str, workloads: list[Workload],
                  baseline: BaselineTimes | None) -> EvalReport:
-        s = self.settings
-        job = EvalJob(task=self.task.name, source=source, solution_id=solution_id, workloads=workloads,
-                      device=s.device, run_seed=s.run_seed, warmup=s.warmup, iterations=s.iterations,
-                      tasks_root=str(self.task.dir.parent))
-        t0 = time.perf_counter()
-        kind, value = self._submit("evaluate", job, s.timeout_s)
-        if kind == "ok":
-            report: EvalReport = value
-        elif kind == "timeout":
-            report = EvalReport(solution_id, "TIMEOUT", s.device,
-                                log=f"no result within eval.timeout_s={s.timeout_s:g}s; the worker was killed")
-        elif kind == "died":
-            report = EvalReport(solution_id, "RUNTIME_ERROR", s.device,
-                                log=f"the evaluation worker died (exit code {value}); the candidate crashed its process")
-        else:
-            report = EvalReport(solution_id, "RUNTIME_ERROR", s.device, log=f"evaluator error:\n{value}")
-        report.elapsed_s = time.perf_counter() - t0
-        return score_report(report, baseline) if baseline is not None else report
+        reports, _ = self._judge([(source, solution_id)], workloads, baseline)
+        return reports[0]
+
+    def remeasure(self, entries: list[tuple[str, str]], workloads: list[Workload],
+                  baseline: BaselineTimes | None) -> list[EvalReport]:
+        """Time several kernels side by side in one job (round-robin per trial, shared fresh inputs)."""
+        if not entries:
+            return []
+        reports, kind = self._judge(list(entries), workloads, baseline)
+        if len(entries) > 1 and kind in ("timeout", "died", "error", "forged"):
+            # The job failed as a whole: judge each alone so the one that hangs or crashes is named.
+            reports = [self.evaluate(src, sid, workloads, baseline) for src, sid in entries]
+        elif len(entries) > 1 and any(r.status == RUNTIME_ERROR for r in reports):
+            # One kernel's fault (a CUDA error poisons the context) can fail the others in the same
+            # process: a runtime error in a shared job is confirmed alone before it counts.
+            reports = [self.evaluate(src, sid, workloads, baseline) if r.status == RUNTIME_ERROR else r
+                       for (src, sid), r in zip(entries, reports)]
+        return reports
 
     def measure_baselines(self, workloads: list[Workload], time_reference: bool = False) -> BaselineTimes:
+        from ksearch.eval.baselines import BaselineJob
+
         s = self.settings
-        job = BaselineJob(task=self.task.name, workloads=workloads, device=s.device, run_seed=s.run_seed,
-                          warmup=s.warmup, iterations=s.iterations, tasks_root=str(self.task.dir.parent),
-                          time_reference=time_reference)
+        job = BaselineJob(task=self.task.name, workloads=list(workloads), device=s.device, run_seed=s.run_seed,
+                          warmup=s.warmup, iterations=s.iterations, trials=s.trials,
+                          tasks_root=str(self.task.dir.parent), time_reference=time_reference)
         # FlashInfer JIT-compiles each module on first use (~30 s); allow for it.
-        kind, value = self._submit("baseline", job, max(s.timeout_s, 600.0))
-        if kind != "ok":
-            raise RuntimeError(f"measuring the baselines failed ({kind}): {value}")
-        return value
+        reply = self._request("baseline", job, max(s.timeout_s, 600.0))
+        if reply.kind != "ok":
+            raise RuntimeError(f"measuring the baselines failed ({reply.kind}): {reply.value}\n{reply.output[-2000:]}")
+        return reply.value

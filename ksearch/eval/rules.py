@@ -1,7 +1,9 @@
-"""Correctness rules: shape, dtype, finiteness, then FlashInfer-Bench's element rule.
+"""Correctness rules: type, device, shape, dtype, finiteness, then FlashInfer-Bench's element rule.
 
 An element fails only where |x - y| > atol AND |x - y| / (|y| + 1e-8) > rtol (passing either test is
 enough). An output passes when the fraction of passing elements is at least `required_matched_ratio`.
+Outputs must be plain torch.Tensor objects (a subclass could intercept the checker's own operations)
+on the reference's device. The comparison runs on that device; only a few scalars move to the host.
 Pure torch; no imports beyond it, so worker processes stay light.
 """
 
@@ -47,14 +49,18 @@ def check_outputs(got: list[Any], want: list[Any], names: list[str], *, atol: fl
                   required_matched_ratio: float = 1.0) -> CheckResult:
     worst = CheckResult("PASSED")
     for name, x, y in zip(names, got, want):
-        if not isinstance(x, torch.Tensor):
-            return CheckResult("INCORRECT_SHAPE", f"{name}: expected a tensor, got {type(x).__name__}")
+        if type(x) is not torch.Tensor:        # noqa: E721 - exact type: subclasses can fake the checks
+            what = "a torch.Tensor subclass" if isinstance(x, torch.Tensor) else "not a tensor"
+            return CheckResult("INCORRECT_SHAPE", f"{name}: expected a plain torch.Tensor, got "
+                                                  f"{type(x).__name__} ({what})")
+        if x.device != y.device:
+            return CheckResult("INCORRECT_DTYPE", f"{name}: on device {x.device}, expected {y.device}")
         if tuple(x.shape) != tuple(y.shape):
             return CheckResult("INCORRECT_SHAPE", f"{name}: shape {tuple(x.shape)}, expected {tuple(y.shape)}")
         if x.dtype != y.dtype:
             return CheckResult("INCORRECT_DTYPE", f"{name}: dtype {x.dtype}, expected {y.dtype}")
-        xf = x.detach().to(torch.float32).cpu()
-        yf = y.detach().to(torch.float32).cpu()
+        xf = x.detach().to(torch.float32)
+        yf = y.detach().to(torch.float32)
         if xf.numel() == 0:
             continue
         finite = torch.isfinite(xf)

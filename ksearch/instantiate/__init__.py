@@ -1,8 +1,13 @@
-"""Turning plan steps into code: solutions, code extraction and module loading."""
+"""Turning plan steps into code: solutions, code extraction (Python/Triton or CUDA) and module loading.
 
-from ksearch.instantiate.extract import CodeExtractionError, extract_python
+CUDA building lives in `ksearch.instantiate.cuda` and imports torch's extension builder only when a
+CUDA solution is loaded.
+"""
+
+from ksearch.instantiate.extract import CodeExtractionError, ExtractedCode, extract_code, extract_python
+from ksearch.instantiate.language import CUDA, PYTHON, language_of
 from ksearch.instantiate.loader import SolutionLoadError, load_entry_point, load_module_from_source
 from ksearch.instantiate.solution import Solution, SourceFile
 
-__all__ = ["Solution", "SourceFile", "extract_python", "CodeExtractionError", "load_entry_point",
-           "load_module_from_source", "SolutionLoadError"]
+__all__ = ["Solution", "SourceFile", "extract_code", "extract_python", "ExtractedCode", "CodeExtractionError",
+           "load_entry_point", "load_module_from_source", "SolutionLoadError", "language_of", "PYTHON", "CUDA"]

@@ -1,4 +1,5 @@
-"""Load a Triton/Python solution's source as a module and find its entry point."""
+"""Load a solution's source and find its entry point: Python/Triton modules are imported from a file;
+CUDA C++ sources (recognised by `language_of`) are built as a torch extension (see cuda.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any, Callable
 
 
 class SolutionLoadError(RuntimeError):
-    """The source did not import or lacks the entry point."""
+    """The source did not import/build, lacks the entry point, or cannot run on this machine."""
 
 
 def load_module_from_source(source: str, *, name_hint: str = "solution", cache_dir: Path | None = None) -> ModuleType:
@@ -39,6 +40,17 @@ def load_module_from_source(source: str, *, name_hint: str = "solution", cache_d
 
 
 def load_entry_point(source: str, entry: str = "run", **kw: Any) -> Callable[..., Any]:
+    """The callable `entry` of a solution source, Python or CUDA.
+
+    kw: `name_hint` and `cache_dir` (Python: where the module file goes; CUDA: the build directory
+    root, default $KSEARCH_CUDA_BUILD_DIR or <tmp>/ksearch_cuda_builds).
+    """
+    from ksearch.instantiate.language import CUDA, language_of
+
+    if language_of(source) == CUDA:
+        from ksearch.instantiate.cuda import load_cuda_entry_point
+
+        return load_cuda_entry_point(source, entry, build_root=kw.get("cache_dir"))
     module = load_module_from_source(source, **kw)
     fn = getattr(module, entry, None)
     if not callable(fn):

@@ -17,9 +17,10 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from typing import Any
 
-from ksearch.llm.base import ModelReply, ModelRequest
+from ksearch.llm.base import ModelReply, ModelRequest, Usage
 from ksearch.llm.catalog import Catalog, Family, load_catalog
 from ksearch.task import load_task
 
@@ -76,6 +77,7 @@ class OfflineModel:
         return self._catalogs[task]
 
     def complete(self, request: ModelRequest) -> ModelReply:
+        started = time.monotonic()
         ctx = request.context
         cat = self.catalog(ctx["task"])
         if request.kind == "init":
@@ -86,7 +88,8 @@ class OfflineModel:
             text = "```python\n" + self._code(cat, ctx) + "```\n"
         else:
             raise ValueError(f"offline model cannot answer a {request.kind!r} request")
-        return ModelReply(text=text, model=self.name)
+        # free and local: zero tokens, a known cost of 0
+        return ModelReply(text=text, model=self.name, usage=Usage(latency_s=time.monotonic() - started).to_dict())
 
     # ---- initial world model -------------------------------------------------------------------
     def _init(self, cat: Catalog, ctx: dict[str, Any]) -> dict[str, Any]:
@@ -149,7 +152,8 @@ class OfflineModel:
         parent_score = ctx.get("parent_score")
         delta = f" ({score / parent_score:.2f}x the parent)" if parent_score else ""
         predicted = (node.get("action") or {}).get("expected_speedup")
-        gap = f"; predicted {predicted:.3g}, measured {score:.3g}" if predicted else ""
+        measured = score / parent_score if parent_score else score
+        gap = f"; predicted x{predicted:.3g} over the parent, measured x{measured:.3g}" if predicted else ""
         return {"rating": round(max(0.0, min(10.0, rating)), 3),
                 "confidence": round(min(0.95, node["confidence"] + 0.25), 3),
                 "notes": (node["notes"] + f"\nMEASURED score {score:.4g}{delta}{gap}").strip()}
@@ -212,7 +216,7 @@ class OfflineModel:
                            "description": "set " + ", ".join(f"{k}={v}" for k, v in change.items()),
                            "difficulty": prior.difficulty if prior else 1,
                            "score": round(min(1.0, prior_score), 4),
-                           "expected_speedup": round(score * gain, 4) if score else None,
+                           "expected_speedup": round(gain, 4),     # over the parent's kernel
                            "params": {"family": fam.name, "set": change, "tactic": tactic}},
             }})
             if len(ops) >= budget:

@@ -2,8 +2,13 @@
 
 Follows K-Search's action cycles (reference/k-search-algorithm.md section 2) with its weak points fixed:
 per-node failure counts that retire hopeless actions, a hard cap on rounds per cycle, the seed kernel
-eligible as the returned best, and a difficulty cap that is never raised. Every model answer and every
-evaluation goes through the journal, so a killed run resumes exactly where it stopped.
+eligible as the returned best, a difficulty cap that is never raised, a noise-aware comparison of
+measurements (a candidate replaces the best only when it is faster beyond the timing spread, near-ties
+are re-measured side by side), and a deterministic fallback when the model cannot produce a valid edit.
+
+Every model answer and every measurement goes through the journal, so a killed run resumes exactly
+where it stopped. Settings may change between segments of a run (resume with overrides): each segment
+replays under the settings it ran with, and the change is recorded where the new segment went live.
 """
 
 from __future__ import annotations
@@ -14,20 +19,30 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import jinja2
+from omegaconf import OmegaConf
 
-from ksearch.config import Config
+from ksearch.config import Config, to_plain
+from ksearch.eval.noise import compare_reports
 from ksearch.eval.report import BaselineTimes, EvalReport
-from ksearch.instantiate import CodeExtractionError, Solution, extract_python
-from ksearch.llm.base import Model, ModelRequest
-from ksearch.planner.selection import choose_next
+from ksearch.instantiate import CodeExtractionError, Solution, SourceFile, extract_code
+from ksearch.instantiate.language import CUDA, language_of
+from ksearch.llm.base import Model, ModelError, ModelRequest
+from ksearch.planner.selection import calibration, choose_next, explain
 from ksearch.store import Journal, RunDir
+from ksearch.store.fork import ForkSeed, seed_record
 from ksearch.task import Task, Workload
-from ksearch.world_model import (AttachedSolution, EditResult, EditScriptError, Node, WorldModel, parse_edit_text,
-                                 render_compact, render_frontier)
+from ksearch.world_model import AttachedSolution, EditResult, Node, WorldModel, render_compact, render_frontier
+from ksearch.world_model.fallback import fallback_edit
 from ksearch.world_model.tree import ROOT_ID
 
-_PROMPTS = jinja2.Environment(loader=jinja2.PackageLoader("ksearch.llm", "prompts"),
-                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+_PROMPTS = jinja2.Environment(
+    loader=jinja2.ChoiceLoader([jinja2.PackageLoader("ksearch.world_model", "prompts"),
+                                jinja2.PackageLoader("ksearch.instantiate", "prompts")]),
+    undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+
+#: Settings sections that a resumed segment may change; the rest would change what recorded numbers mean.
+CHANGEABLE_SECTIONS = ("search", "llm")
+CHANGEABLE_EVAL_KEYS = ("timeout_s", "remeasure_near_ties")
 
 
 class EvaluatorLike(Protocol):
@@ -35,6 +50,9 @@ class EvaluatorLike(Protocol):
                  baseline: BaselineTimes | None) -> EvalReport: ...
 
     def measure_baselines(self, workloads: list[Workload]) -> BaselineTimes: ...
+
+    def remeasure(self, entries: list[tuple[str, str]], workloads: list[Workload],
+                  baseline: BaselineTimes | None) -> list[EvalReport]: ...
 
 
 class Progress(Protocol):
@@ -59,6 +77,26 @@ class Best:
 
 
 @dataclass
+class Spend:
+    """Model usage so far (replayed requests included: they were paid for when first asked)."""
+
+    requests: int = 0
+    cached: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, usage: dict[str, Any]) -> None:
+        if usage.get("cached"):
+            self.cached += 1
+            return
+        self.requests += 1
+        self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+        self.completion_tokens += int(usage.get("completion_tokens") or 0)
+        self.cost_usd += float(usage.get("cost_usd") or 0.0)
+
+
+@dataclass
 class SearchOutcome:
     run_dir: Path
     rounds_used: int
@@ -68,51 +106,143 @@ class SearchOutcome:
     baseline_label: str
     device: str
     world_model: WorldModel = field(repr=False, default_factory=WorldModel)
+    spend: Spend = field(default_factory=Spend)
+
+
+def settings_diff(old: Any, new: Any) -> dict[str, list[Any]]:
+    """Changed leaves between two configs, as {"a.b": [old, new]}, for the sections a segment may change."""
+    a, b = to_plain(old), to_plain(new)
+    out: dict[str, list[Any]] = {}
+
+    def walk(x: Any, y: Any, prefix: str) -> None:
+        if isinstance(x, dict) and isinstance(y, dict):
+            for k in sorted(set(x) | set(y)):
+                walk(x.get(k), y.get(k), f"{prefix}.{k}" if prefix else k)
+        elif x != y:
+            out[prefix] = [x, y]
+
+    for section in ("task", "search", "llm", "eval"):
+        walk(a.get(section), b.get(section), section)
+    return out
+
+
+def frozen_changes(diff: dict[str, list[Any]]) -> list[str]:
+    """Keys in `diff` that a resumed segment must not change (they alter what recorded numbers mean)."""
+    bad = []
+    for key in diff:
+        section, _, rest = key.partition(".")
+        if section in CHANGEABLE_SECTIONS or (section == "eval" and rest in CHANGEABLE_EVAL_KEYS):
+            continue
+        bad.append(key)
+    return bad
+
+
+class _BudgetSpent(Exception):
+    pass
 
 
 class Search:
     def __init__(self, cfg: Config, task: Task, model: Model, evaluator: EvaluatorLike, run: RunDir,
                  journal: Journal, workloads: list[Workload], workload_set: str, device: str,
-                 progress: Progress | None = None):
-        self.cfg, self.task, self.model, self.evaluator = cfg, task, model, evaluator
+                 progress: Progress | None = None, fork: ForkSeed | None = None):
+        self.requested = cfg                  # the settings asked for now
+        self.cfg = cfg                        # the settings in effect (a replayed segment's, until live)
+        self.task, self.model, self.evaluator = task, model, evaluator
         self.run_dir, self.journal, self.workloads = run, journal, workloads
         self.workload_set, self.device = workload_set, device
         self.progress = progress or NullProgress()
+        self.fork = fork
         self.wm = WorldModel()
         self.best: Best | None = None
         self.baseline: BaselineTimes | None = None
         self.round = 1
         self.evaluations = 0
+        self.spend = Spend()
+        self.config_epoch = 0
         self.codes: dict[str, str] = {}            # solution_id -> code, for base kernels
-        self.language = "triton"
-        self.hardware = "NVIDIA H200 (Hopper, sm_90)" if device.startswith("cuda") else \
-            "an NVIDIA GPU (checked on a CPU with the Triton interpreter)"
+        self.hardware = "NVIDIA H200 (Hopper, sm_90a)" if device.startswith("cuda") else \
+            "an NVIDIA Hopper GPU (checked here on a CPU with the Triton interpreter)"
+        journal.on_info = self._replayed_info
+        journal.on_live = self._went_live
+
+    # ---- settings segments --------------------------------------------------------------------------
+    def _replayed_info(self, rec: dict[str, Any]) -> None:
+        if rec["kind"] == "config":
+            self._replayed_config(rec)
+        elif rec["kind"] == "model_failed":
+            self.spend.add(rec.get("usage") or {})
+
+    def _replayed_config(self, rec: dict[str, Any]) -> None:
+        self.cfg = OmegaConf.merge(OmegaConf.structured(Config), rec["config"])  # type: ignore[assignment]
+        self.config_epoch += 1
+
+    def _went_live(self) -> None:
+        """At the live edge: if the settings asked for differ from those in effect, record and switch."""
+        diff = settings_diff(self.cfg, self.requested)
+        if not diff:
+            return
+        bad = frozen_changes(diff)
+        if bad:
+            raise ValueError(f"a resumed run cannot change {', '.join(bad)} (recorded measurements would no "
+                             f"longer compare); start a new run, or fork this one: ksearch run "
+                             f"fork.from={self.run_dir.path} fork.node=ID ...")
+        self.journal.record_info("config", config=to_plain(self.requested), changed=diff)
+        self.cfg = self.requested
+        self.config_epoch += 1
+        self.progress.message("settings changed from here on: " +
+                              ", ".join(f"{k}: {v[0]} -> {v[1]}" for k, v in diff.items()))
 
     # ---- model calls, all through the journal -----------------------------------------------------
+    def _budget_reason(self) -> str | None:
+        llm = self.cfg.llm
+        if llm.max_requests is not None and self.spend.requests >= llm.max_requests:
+            return f"model budget spent: {self.spend.requests} requests (llm.max_requests={llm.max_requests})"
+        if llm.max_cost_usd is not None and self.spend.cost_usd >= llm.max_cost_usd:
+            return (f"model budget spent: ${self.spend.cost_usd:.4f} "
+                    f"(llm.max_cost_usd={llm.max_cost_usd})")
+        return None
+
     def _ask(self, req: ModelRequest) -> str:
+        reason = self._budget_reason()
+        if reason:
+            raise _BudgetSpent(reason)
+
         def compute() -> dict[str, Any]:
-            reply = self.model.complete(req)
+            try:
+                reply = self.model.complete(req)
+            except ModelError as e:
+                # What the failed tries cost is kept (a resumed run counts it against the budget), then the
+                # run stops with the error; the request itself is asked again on resume.
+                usage = getattr(e, "usage", None) or {}
+                self.journal.record_info("model_failed", key=req.key(), purpose=req.purpose, error=str(e)[:2000],
+                                         usage=usage)
+                self.spend.add(usage)
+                raise
             return {"text": reply.text, "model": reply.model, "usage": reply.usage}
 
         value = self.journal.memo("model", req.key(), compute, request=req.to_json())
+        self.spend.add(value.get("usage") or {})
         return value["text"]
 
     def _prompt(self, name: str, **kw: Any) -> str:
-        return _PROMPTS.get_template(name).render(hardware=self.hardware, language=self.language,
-                                                  task=self.task.name, **kw)
+        targets = ", ".join(f"{w}: {ms:.4g} ms" for w, ms in (self.baseline.best() if self.baseline else {}).items())
+        base = {"hardware": self.hardware, "language": self.cfg.search.language, "task": self.task.name,
+                "definition": self.task.definition.render_text(),
+                "baseline": self.baseline.label if self.baseline else "the baseline", "targets": targets or "-"}
+        return _PROMPTS.get_template(name).render(**{**base, **kw})
 
-    def _edit(self, purpose: str, prompt: str, context: dict[str, Any], max_new_nodes: int) -> EditResult:
-        """Ask for an edit script; invalid scripts change nothing and are re-asked with the reasons."""
+    def _edit(self, purpose: str, prompt: str, context: dict[str, Any], max_new_nodes: int,
+              node_id: str | None = None) -> EditResult:
+        """Ask for an edit script; invalid scripts change nothing and are re-asked with the reasons, then a
+        deterministic fallback edit is applied (and recorded as such)."""
         errors: list[str] = []
         result = EditResult(ok=False, errors=["not asked"])
         for _ in range(1 + self.cfg.llm.edit_retries):
+            if self._budget_reason():
+                return EditResult(ok=False, errors=[self._budget_reason() or ""])
             req = ModelRequest("init" if purpose == "init" else "edit", purpose, prompt, context, list(errors))
             text = self._ask(req)
-            try:
-                script = parse_edit_text(text)
-                result = self.wm.apply(script, round_index=self.round, max_new_nodes=max_new_nodes)
-            except EditScriptError as e:
-                result = EditResult(ok=False, errors=e.reasons)
+            result = self.wm.apply_text(text, round_index=self.round, max_new_nodes=max_new_nodes)
             self.journal.event("edit", check={"purpose": purpose, "ok": result.ok}, errors=result.errors,
                                new_nodes=result.new_node_ids, changed=result.changed_node_ids)
             if result.ok:
@@ -120,7 +250,14 @@ class Search:
             errors = result.errors
         self.progress.message(f"world-model {purpose} edit rejected {1 + self.cfg.llm.edit_retries} times: "
                               f"{'; '.join(errors)[:300]}")
-        return result
+        if purpose == "init":
+            return result
+        script = fallback_edit(self.wm, purpose, node_id, reasons=errors, max_new_nodes=max_new_nodes)
+        fb = self.wm.apply(script, round_index=self.round, max_new_nodes=max_new_nodes)
+        self.journal.event("edit_fallback", check={"purpose": purpose, "ok": fb.ok}, node_id=node_id,
+                           model_errors=errors, errors=fb.errors, new_nodes=fb.new_node_ids,
+                           changed=fb.changed_node_ids)
+        return fb
 
     def _snapshot(self) -> None:
         tree = self.wm.to_json()
@@ -140,68 +277,163 @@ class Search:
         self.evaluations += 1
         return EvalReport.from_json(value)
 
+    def _remeasure(self, sids: list[str], round_index: int) -> list[EvalReport]:
+        """Time several kernels side by side in one job, so drift hits them equally (near-ties)."""
+        entries = [(self.codes[s], s) for s in sids]
+
+        def compute() -> dict[str, Any]:
+            reports = self.evaluator.remeasure(entries, self.workloads, self.baseline)
+            return {"reports": [r.to_json() for r in reports]}
+
+        value = self.journal.memo("remeasure", f"{':'.join(sids)}@{round_index}", compute, round=round_index,
+                                  solution_ids=sids)
+        return [EvalReport.from_json(r) for r in value["reports"]]
+
     def _consider_best(self, report: EvalReport, solution_id: str, node_id: str, round_index: int) -> None:
+        """A new global best only when it is faster beyond the noise; near-ties are re-measured together."""
         if not report.passed or report.score is None:
             return
-        if self.best is None or report.score > self.best.score:
-            self.best = Best(report.score, solution_id, node_id, round_index, report.to_json())
-            self.journal.event("best", check={"solution_id": solution_id}, score=report.score, node_id=node_id,
-                               round=round_index)
-            self.run_dir.write_best(self.run_dir.load_solution(solution_id), report.to_json(), node_id)
+        basis = "first passing kernel"
+        if self.best is not None:
+            incumbent = EvalReport.from_json(self.best.report)
+            margin = self.cfg.search.improvement_margin
+            verdict = compare_reports(report, incumbent, margin)
+            basis = f"{verdict} on first measurement"
+            if verdict == "tie" and report.score > self.best.score and self.cfg.eval.remeasure_near_ties \
+                    and self.best.solution_id in self.codes and solution_id != self.best.solution_id:
+                inc2, new2 = self._remeasure([self.best.solution_id, solution_id], round_index)
+                if inc2.passed and new2.passed and inc2.score is not None and new2.score is not None:
+                    verdict = compare_reports(new2, inc2, margin)
+                    basis = f"{verdict} when re-measured side by side ({new2.score:.4g} vs {inc2.score:.4g})"
+                    if verdict == "better":
+                        report = new2
+                else:
+                    verdict, basis = "worse", "failed when re-measured: " + (new2.summary() if not new2.passed
+                                                                             else inc2.summary())
+            if verdict != "better":
+                self.journal.event("not_best", check={"solution_id": solution_id}, score=report.score,
+                                   incumbent=self.best.solution_id, basis=basis)
+                return
+        assert report.score is not None
+        self.best = Best(report.score, solution_id, node_id, round_index, report.to_json())
+        self.journal.event("best", check={"solution_id": solution_id}, score=report.score, node_id=node_id,
+                           round=round_index, basis=basis)
+        self.run_dir.write_best(self.run_dir.load_solution(solution_id), report.to_json(), node_id)
 
     # ---- set-up ---------------------------------------------------------------------------------------
     def _setup(self) -> None:
+        first = self.journal.recorded[0] if self.journal.recorded else None
+        if first is not None and first.get("kind") == "run_start" and first.get("config"):
+            self._replayed_config({"config": first["config"]})   # replay the first segment as it ran
+            self.config_epoch = 0
         self.journal.event("run_start", check={"task": self.task.name, "workload_set": self.workload_set,
                                                "device": self.device},
-                           workloads=[w.to_json() for w in self.workloads], model=self.model.name)
+                           workloads=[w.to_json() for w in self.workloads], model=self.model.name,
+                           config=to_plain(self.cfg))
+        if self.journal.dropped_bytes:
+            self.progress.message(f"the journal's last line was torn ({self.journal.dropped_bytes} bytes, a crash "
+                                  f"while writing) and was dropped; that step is redone")
         key = f"{self.device}:{self.workload_set}:{self.cfg.run.seed}"
         self.baseline = BaselineTimes.from_json(self.journal.memo(
             "baseline", key, lambda: self.evaluator.measure_baselines(self.workloads).to_json()))
         self.progress.message(f"baseline: {self.baseline.label}")
-        prompt = self._prompt("init.j2", definition=self.task.definition.render_text(), min_families=2,
-                              max_new_nodes=8)
-        res = self._edit("init", prompt, {"task": self.task.name}, max_new_nodes=8)
-        if not res.ok:
-            raise RuntimeError(f"the model could not build an initial world model: {res.errors}")
+        if self.fork is not None:
+            self._start_from_fork(self.fork)
+        else:
+            prompt = self._prompt("init.j2", min_families=2, max_new_nodes=8)
+            res = self._edit("init", prompt, {"task": self.task.name}, max_new_nodes=8)
+            if not res.ok:
+                raise RuntimeError(f"the model could not build an initial world model: {res.errors}")
         if self.cfg.search.seed_solution:
             self._seed(Path(self.cfg.search.seed_solution))
         self._snapshot()
 
+    def _start_from_fork(self, seed: ForkSeed) -> None:
+        """The path root..node of another run, with its kernels; measurements carried over only when the
+        task, workload set and device match, else the path's kernels are measured again here."""
+        comparable = (seed.task, seed.workload_set, seed.device) == (self.task.name, self.workload_set, self.device)
+        self.journal.event("fork", check={"from": seed.source, "node": seed.node_id}, seed=seed_record(seed),
+                           measurements="carried over" if comparable else "re-measured")
+        self.wm = WorldModel.from_json(seed.tree)
+        for sol in seed.solutions:
+            self.run_dir.save_solution(sol)
+            self.codes[sol.solution_id] = sol.main_source
+        for node in self.wm.path(seed.node_id):
+            if node.solution is None:
+                continue
+            sid = node.solution.solution_id
+            if comparable and sid in seed.reports:
+                report = EvalReport.from_json(seed.reports[sid])
+            else:
+                report = self._evaluate(self.run_dir.load_solution(sid), node.node_id, 0, 0)
+                old = node.solution
+                self.wm.attach_solution(node.node_id, AttachedSolution(
+                    sid, old.parent_solution_id, 0, report.status, report.score, _mean_latency(report)))
+            self._consider_best(report, sid, node.node_id, 0)
+        self.progress.message(f"forked from {seed.source} at node {seed.node_id} "
+                              f"({'measurements carried over' if comparable else 'kernels re-measured'})")
+
     def _seed(self, path: Path) -> None:
         if not path.is_file():
             raise FileNotFoundError(f"search.seed_solution={path} does not exist")
-        code = extract_python(path.read_text())
-        sol = Solution.from_code(self.task.name, code, name=f"seed:{path.name}", author="user")
+        sol = self._solution_from_reply(path.read_text(), name=f"seed:{path.name}", author="user", description="")
         report = self._evaluate(sol, ROOT_ID, 0, 0)
-        self.codes[sol.solution_id] = code
+        self.codes[sol.solution_id] = sol.main_source
         self.wm.attach_solution(ROOT_ID, AttachedSolution(sol.solution_id, None, 0, report.status, report.score,
                                                           _mean_latency(report)))
         self._consider_best(report, sol.solution_id, ROOT_ID, 0)
 
+    def _solution_from_reply(self, text: str, **meta: Any) -> Solution:
+        code = extract_code(text)
+        if code.language == CUDA:
+            return Solution(self.task.name, (SourceFile("main.cu", code.code),), language="cuda",
+                            entry_point="main.cu::run", **meta)
+        return Solution.from_code(self.task.name, code.code, **meta)
+
     # ---- the loop -----------------------------------------------------------------------------------
     def run(self) -> SearchOutcome:
         self._setup()
-        cfg = self.cfg.search
-        stop = "round budget used"
-        while self.round <= cfg.max_rounds:
-            self._maintain()
-            node = choose_next(self.wm, cfg.max_difficulty, cfg.explore_weight)
-            if node is None:
-                stop = (f"no executable action at difficulty <= {cfg.max_difficulty} "
-                        f"(the world model has nothing left to try)")
+        while True:
+            try:
+                stop = self._loop()
+            except _BudgetSpent as e:
+                stop = str(e)
+            epoch_at_stop = self.config_epoch
+            self.journal.event("run_end", check={"stop": stop}, evaluations=self.evaluations,
+                               best=self.best.__dict__ if self.best else None, spend=self.spend.__dict__)
+            self._snapshot()
+            if not self.journal.replaying:
+                self.journal._go_live()
+            if self.config_epoch == epoch_at_stop:
                 break
-            self.journal.event("select", check={"node_id": node.node_id, "round": self.round},
-                               title=node.action.title if node.action else "")
-            self.round += self._cycle(node)
-        self.journal.event("run_end", check={"stop": stop}, evaluations=self.evaluations,
-                           best=self.best.__dict__ if self.best else None)
-        self._snapshot()
+            self.progress.message("continuing under the new settings")
+        cfg = self.cfg.search
         return SearchOutcome(self.run_dir.path, min(self.round - 1, cfg.max_rounds), self.evaluations, stop,
-                             self.best, self.baseline.label if self.baseline else "", self.device, self.wm)
+                             self.best, self.baseline.label if self.baseline else "", self.device, self.wm,
+                             self.spend)
+
+    def _loop(self) -> str:
+        while True:
+            cfg = self.cfg.search
+            if self.round > cfg.max_rounds:
+                return "round budget used"
+            reason = self._budget_reason()
+            if reason:
+                return reason
+            self._maintain()
+            node = choose_next(self.wm, cfg.max_difficulty, cfg.explore_weight, policy=cfg.policy)
+            if node is None:
+                return (f"no executable action at difficulty <= {cfg.max_difficulty} "
+                        f"(the world model has nothing left to try)")
+            why = explain(self.wm, node, policy=cfg.policy, explore_weight=cfg.explore_weight)
+            self.journal.event("select", check={"node_id": node.node_id, "round": self.round},
+                               title=node.action.title if node.action else "", policy=cfg.policy, why=why)
+            self.round += self._cycle(node)
 
     def _maintain(self) -> None:
         """Ask for new actions when the frontier is empty or the best kernel has no open follow-up."""
-        frontier = [n for n in self.wm.frontier() if n.action and n.action.difficulty <= self.cfg.search.max_difficulty]
+        cfg = self.cfg.search
+        frontier = [n for n in self.wm.frontier() if n.action and n.action.difficulty <= cfg.max_difficulty]
         best_node = self.wm.best_closed()
         best_has_child = best_node is None or any(c.is_open_action for c in self.wm.children(best_node.node_id))
         if frontier and best_has_child:
@@ -210,10 +442,10 @@ class Search:
                    "best_node_id": best_node.node_id if best_node else None,
                    "best_code": self.codes.get(best_node.solution.solution_id) if best_node and best_node.solution else None,
                    "best_score": self.best.score if self.best else None}
-        prompt = self._prompt("edit.j2", purpose="propose", world_model=render_compact(self.wm),
-                              frontier=render_frontier(self.wm), max_new_nodes=self.cfg.search.max_new_nodes,
-                              best_node_id=context["best_node_id"], best_score=context["best_score"])
-        if self._edit("propose", prompt, context, self.cfg.search.max_new_nodes).ok:
+        prompt = self._prompt("propose.j2", world_model=render_compact(self.wm), frontier=render_frontier(self.wm),
+                              max_new_nodes=cfg.max_new_nodes, best_node_id=context["best_node_id"],
+                              best_score=_fmt(context["best_score"]))
+        if self._edit("propose", prompt, context, cfg.max_new_nodes, node_id=context["best_node_id"]).ok:
             self._snapshot()
 
     def _code_request(self, node: Node, mode: str, attempt: int, base_code: str | None, base_score: float | None,
@@ -222,14 +454,16 @@ class Search:
         a = node.action
         assert a is not None
         action_text = f"[{node.node_id}] {a.title}: {a.description} (why: {a.rationale})"
-        targets = ", ".join(f"{w}: {ms:.4g} ms" for w, ms in (self.baseline.best() if self.baseline else {}).items())
+        current = cycle_codes[-1] if cycle_codes else ""
+        best_code = cycle_best[0] if cycle_best else ""
         prompt = self._prompt(
-            "code.j2", definition=self.task.definition.render_text(), entry="run",
+            "code.j2", entry="run",
             signature=", ".join(self.task.definition.input_names),
             outputs=" and ".join(self.task.definition.output_names), mode=mode, action=action_text,
-            base_code=base_code, base_score=base_score, current_code=cycle_codes[-1] if cycle_codes else "",
-            last_result=last.summary() if last else "", cycle_best_code=cycle_best[0] if cycle_best else "",
-            cycle_best_score=cycle_best[1].score if cycle_best else None, targets=targets)
+            base_code=base_code, base_score=_fmt(base_score), base_fence=_fence(base_code),
+            current_code=current, current_fence=_fence(current), last_result=last.summary() if last else "",
+            cycle_best_code=best_code, cycle_best_fence=_fence(best_code),
+            cycle_best_score=_fmt(cycle_best[1].score if cycle_best else None))
         context = {"task": self.task.name, "node_id": node.node_id, "action_params": a.params, "mode": mode,
                    "attempt": attempt, "base_code": base_code, "cycle_codes": cycle_codes,
                    "cycle_best_code": cycle_best[0] if cycle_best else None}
@@ -237,9 +471,7 @@ class Search:
 
     def _cycle(self, node: Node) -> int:
         """Run one action cycle on `node`; returns the rounds it used (at least 1)."""
-        cfg = self.cfg.search
-        parent = self.wm.parent(node.node_id)
-        assert parent is not None
+        parent = self.wm.base_of(node.node_id)     # through split steps to the kernel this builds on
         base_sid = parent.solution.solution_id if parent.solution else None
         base_code = self.codes.get(base_sid) if base_sid else None
         base_score = parent.solution.score if parent.solution else None
@@ -249,39 +481,42 @@ class Search:
         last: EvalReport | None = None
         streak = 0
         k = 0
-        while k < cfg.max_rounds_per_cycle and self.round + k <= cfg.max_rounds:
+        while k < self.cfg.search.max_rounds_per_cycle and self.round + k <= self.cfg.search.max_rounds:
+            if self._budget_reason():
+                break
             attempt, r = k + 1, self.round + k
             mode = "action" if attempt == 1 else ("improve" if cycle_best else "debug")
-            self.progress.round_started(r, cfg.max_rounds, node, attempt, mode)
+            self.progress.round_started(r, self.cfg.search.max_rounds, node, attempt, mode)
             req = self._code_request(node, mode, attempt, base_code, base_score, cycle_codes, cycle_best, last)
             text = self._ask(req)
             sid: str | None = None
             try:
-                code = extract_python(text)
+                sol = self._solution_from_reply(text, author=self.model.name,
+                                                name=f"{self.task.name}_r{r}_{node.node_id}",
+                                                description=node.action.title if node.action else "")
             except CodeExtractionError as e:
                 # Garbage from the model costs the round but nothing else; the reason goes to the next attempt.
                 report = EvalReport("", "COMPILE_ERROR", self.device, log=str(e))
                 self.journal.event("bad_code", check={"round": r}, error=str(e))
             else:
-                sol = Solution.from_code(self.task.name, code, author=self.model.name,
-                                         name=f"{self.task.name}_r{r}_{node.node_id}",
-                                         description=node.action.title if node.action else "")
                 sid = sol.solution_id
-                self.codes[sid] = code
-                cycle_codes.append(code)
+                self.codes[sid] = sol.main_source
+                cycle_codes.append(sol.main_source)
                 report = self._evaluate(sol, node.node_id, attempt, r)
                 self._consider_best(report, sid, node.node_id, r)
             self.wm.record_attempt(node.node_id)
             self.progress.attempt_done(r, report, self.best.score if self.best else None)
             last = report
             k += 1
-            margin = 1.0 + cfg.improvement_margin
-            if report.passed and report.score is not None and sid is not None and \
-                    (cycle_best is None or report.score > (cycle_best[1].score or 0.0) * margin):
+            improved = report.passed and report.score is not None and sid is not None and (
+                cycle_best is None or
+                compare_reports(report, cycle_best[1], self.cfg.search.improvement_margin) == "better")
+            if improved:
+                assert sid is not None
                 cycle_best, cycle_best_sid, streak = (self.codes[sid], report), sid, 0
             else:
                 streak += 1
-            if streak >= cfg.stagnation_window:
+            if streak >= self.cfg.search.stagnation_window:
                 break
         self._close_cycle(node, parent, base_sid, base_score, cycle_best, cycle_best_sid, last, k)
         return max(1, k)
@@ -293,27 +528,51 @@ class Search:
         context: dict[str, Any] = {"task": self.task.name, "node_id": node.node_id,
                                    "best_score": self.best.score if self.best else None,
                                    "parent_score": base_score}
+        title = node.action.title if node.action else ""
+        common = dict(world_model=render_compact(self.wm), frontier=render_frontier(self.wm), node_id=node.node_id,
+                      action_title=title, max_new_nodes=cfg.max_new_nodes)
         if cycle_best is not None and cycle_best_sid is not None:
             code, report = cycle_best
             # Closed even when slower than its parent: multi-step plans may get slower before faster.
             self.wm.attach_solution(node.node_id, AttachedSolution(
-                cycle_best_sid, base_sid, self.round + rounds - 1, report.status, report.score, _mean_latency(report)))
+                cycle_best_sid, base_sid, self.round + max(rounds, 1) - 1, report.status, report.score,
+                _mean_latency(report)))
             self.journal.event("attach", check={"node_id": node.node_id, "solution_id": cycle_best_sid},
-                               score=report.score, parent_score=base_score)
-            purpose, evidence = "after_success", _evidence(report)
+                               score=report.score, parent_score=base_score,
+                               predicted=node.action.expected_speedup if node.action else None)
             context.update(world_model=self.wm.to_json(), score=report.score, node_code=code)
+            cal = calibration(self.wm)
+            predicted = node.action.expected_speedup if node.action else None
+            common.update(world_model=render_compact(self.wm), frontier=render_frontier(self.wm))
+            purpose, template = "after_success", "refine.j2"
+            kw = dict(evidence=_evidence(report), code=code, fence=_fence(code),
+                      parent_score=_fmt(base_score if base_score is not None else 1.0),
+                      predicted=_fmt(predicted), calibration=_fmt(cal.factor) if cal.n else "")
         else:
             retired = self.wm.record_failed_cycle(node.node_id, cfg.max_failed_cycles)
             self.journal.event("cycle_failed", check={"node_id": node.node_id}, retired=retired,
                                status=last.status if last else None)
             code = self.codes.get(last.solution_id, "") if last else ""
-            purpose, evidence = "after_failure", (last.summary() if last else "no attempt")
+            evidence = last.summary() if last else "no attempt"
             context.update(world_model=self.wm.to_json(), failure=evidence)
-        prompt = self._prompt("edit.j2", purpose=purpose, world_model=render_compact(self.wm),
-                              frontier=render_frontier(self.wm), node_id=node.node_id, evidence=evidence,
-                              code=code, max_new_nodes=cfg.max_new_nodes)
-        self._edit(purpose, prompt, context, cfg.max_new_nodes)
+            common.update(world_model=render_compact(self.wm), frontier=render_frontier(self.wm))
+            purpose, template = "after_failure", "too_hard.j2"
+            kw = dict(evidence=evidence, code=code, fence=_fence(code), attempts=rounds,
+                      failed_cycles=node.failed_cycles, max_failed_cycles=cfg.max_failed_cycles)
+        if self._budget_reason():
+            self._snapshot()
+            return
+        prompt = self._prompt(template, **common, **kw)
+        self._edit(purpose, prompt, context, cfg.max_new_nodes, node_id=node.node_id)
         self._snapshot()
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _fence(code: str | None) -> str:
+    return "cuda" if code and language_of(code) == CUDA else "python"
 
 
 def _mean_latency(report: EvalReport) -> float | None:

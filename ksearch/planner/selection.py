@@ -1,46 +1,244 @@
-"""Which open action runs next: deterministic, difficulty-capped, failure-aware, with a family bonus.
+"""Which open action runs next: deterministic, difficulty-capped, and (by default) learning from the tree.
 
-K-Search picked greedily on the model's score alone, so a first family that measured well could starve
-its untried siblings forever. Here each candidate's priority is its score, halved per failed cycle,
-plus an exploration bonus that shrinks with the number of cycles already spent in its depth-1 family
-subtree: untried families get looked at early, then the search deepens where the measurements are.
+K-Search picked greedily on the model's `score` alone (reference section 3.6, weak point 1): the score
+is a guess, and the tree's measurements never entered the choice. Two policies are offered:
+
+- "greedy": K-Search's rule, kept for comparison: action.score desc, difficulty asc, rating desc,
+  node_id asc. No bonus, no penalties (retired and pruned nodes are simply not on the frontier).
+- "learned" (default): the guess becomes a prior, combined with what has been measured:
+    prediction  the calibrated expected score of the step, parent score x calibration factor x the
+                model's predicted speedup (shrunk towards "no change" by the node's confidence), relative
+                to the best score so far;
+    parent      the measured quality of the kernel the step starts from (its score / best so far);
+    penalty     0.5 per failed cycle and a mild decay per attempt already spent on the node;
+    bonus       explore_weight / (1 + tried nodes in the step's kernel family), so untried families are
+                looked at before the search deepens where the measurements are.
+  The calibration factor is the geometric mean of measured/predicted speedups over closed nodes,
+  shrunk towards 1 while there are few of them: a model that keeps over-promising gets discounted.
+
+Both are deterministic (ties: difficulty asc, rating desc, node_id asc) and both respect the user's
+difficulty cap, which is never raised (K-Search relaxed it upwards, weak point 9).
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import networkx as nx
 
 from ksearch.world_model import Node, WorldModel
 
-#: Each failed cycle halves a node's effective priority (the node is retired after max_failed_cycles).
+POLICIES = ("learned", "greedy")
+
+#: Each failed cycle halves a node's priority (the node is retired after max_failed_cycles).
 FAILURE_PENALTY = 0.5
+#: Each attempt (one generated kernel) already spent on a still-open node costs a little more.
+ATTEMPT_DECAY = 0.95
+#: Weights of the learned value; they sum to 1 so the value stays in [0, 1] like action.score.
+W_PRIOR, W_PREDICTION, W_PARENT = 0.4, 0.35, 0.25
+#: Pseudo-observations at "predictions come true" (ratio 1) that the calibration starts from.
+CALIBRATION_PRIOR_N = 2.0
+#: One wild measurement (a broken timer, a tiny workload) must not dominate the calibration.
+RATIO_CLIP = (0.1, 10.0)
+FACTOR_CLIP = (0.25, 4.0)
+#: The score of the root's "kernel": scores are speedups over the baseline, so the baseline is 1.0.
+BASELINE_SCORE = 1.0
+
+
+# ---- measured facts about the tree --------------------------------------------------------------------
+def _score(node: Node) -> float | None:
+    s = node.solution.score if node.solution is not None else None
+    return float(s) if isinstance(s, (int, float)) and math.isfinite(s) and s > 0 else None
+
+
+def parent_score(wm: WorldModel, node: Node) -> float:
+    """Score of the kernel `node` starts from: its base's (parent, through structural nodes) measured
+    score, the baseline's 1.0 for a depth-1 step. Predictions are made against this number."""
+    base = wm.base_of(node.node_id)
+    if base.is_root:
+        return BASELINE_SCORE
+    s = _score(base)
+    return s if s is not None else BASELINE_SCORE
+
+
+def best_score(wm: WorldModel) -> float | None:
+    """The best measured score in the tree (a seeded root included), or None before any measurement."""
+    scores = [s for s in (_score(n) for n in wm.closed_nodes()) if s is not None]
+    return max(scores) if scores else None
+
+
+@dataclass(frozen=True)
+class CalibrationPair:
+    node_id: str
+    base_id: str
+    predicted: float          # the model's expected_speedup when the node was closed
+    measured: float           # node score / base score
+    ratio: float              # measured / predicted, clipped to RATIO_CLIP
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How well the model's speedup predictions came true. `factor` multiplies new predictions."""
+
+    factor: float             # shrunk geometric mean of the ratios (1.0 with no evidence)
+    n: int                    # closed nodes with a prediction and a measurement
+    raw_factor: float         # unshrunk geometric mean (1.0 with no evidence), for reports
+    pairs: list[CalibrationPair] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def calibration(wm: WorldModel) -> Calibration:
+    """Geometric mean of measured/predicted over closed nodes, shrunk towards 1 with few nodes.
+
+    factor = exp(sum(log ratio) / (n + CALIBRATION_PRIOR_N)): one observation moves it a third of the
+    way (in log space), ten observations most of the way.
+    """
+    pairs: list[CalibrationPair] = []
+    for n in sorted(wm.closed_nodes(), key=lambda x: x.node_id):
+        if n.is_root or n.solution is None:
+            continue
+        predicted = n.solution.predicted_speedup
+        if predicted is None and n.action is not None:
+            predicted = n.action.expected_speedup       # a tree from before predictions were frozen
+        score = _score(n)
+        if predicted is None or score is None or not math.isfinite(predicted) or predicted <= 0:
+            continue
+        measured = score / parent_score(wm, n)
+        ratio = min(max(measured / predicted, RATIO_CLIP[0]), RATIO_CLIP[1])
+        pairs.append(CalibrationPair(n.node_id, wm.base_of(n.node_id).node_id, float(predicted), measured, ratio))
+    if not pairs:
+        return Calibration(1.0, 0, 1.0, [])
+    logs = sum(math.log(p.ratio) for p in pairs)
+    factor = math.exp(logs / (len(pairs) + CALIBRATION_PRIOR_N))
+    factor = min(max(factor, FACTOR_CLIP[0]), FACTOR_CLIP[1])
+    return Calibration(factor, len(pairs), math.exp(logs / len(pairs)), pairs)
+
+
+def family_of(wm: WorldModel, node: Node) -> Node | None:
+    """The node's kernel family: the first node below the root on its path that is not structural."""
+    for n in wm.path(node.node_id)[1:]:
+        if not wm.is_structural(n):
+            return n
+    return None
 
 
 def family_visits(wm: WorldModel, node: Node) -> int:
-    """Cycles spent so far in the subtree of the node's depth-1 ancestor (its kernel family)."""
-    path = wm.path(node.node_id)
-    if len(path) < 2:
+    """Nodes tried so far (at least one attempt) in the subtree of the node's family."""
+    fam = family_of(wm, node)
+    if fam is None:
         return 0
-    top = path[1].node_id
-    subtree = nx.descendants(wm.graph, top) | {top}
-    return sum(1 for n in subtree if wm.node(n).attempts > 0)
+    ids = nx.descendants(wm.graph, fam.node_id) | {fam.node_id}
+    return sum(1 for i in ids if wm.node(i).attempts > 0)
 
 
-def priority(wm: WorldModel, node: Node, explore_weight: float) -> float:
-    assert node.action is not None
-    base = node.action.score * (FAILURE_PENALTY ** node.failed_cycles)
-    return base + explore_weight / (1 + family_visits(wm, node))
+# ---- the priority -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Context:
+    """What every candidate's priority shares; computed once per selection."""
+
+    calibration: Calibration
+    best: float | None
 
 
-def choose_next(wm: WorldModel, max_difficulty: int, explore_weight: float = 0.0) -> Node | None:
-    """Best frontier action by (priority desc, difficulty asc, rating desc, id asc).
+def _context(wm: WorldModel) -> _Context:
+    return _Context(calibration(wm), best_score(wm))
 
-    The difficulty cap is the user's and is never raised (K-Search relaxed it upwards); if nothing on
-    the frontier is under the cap, nothing is selected and the search ends, saying why.
+
+def _check(policy: str, explore_weight: float) -> None:
+    if policy not in POLICIES:
+        raise ValueError(f"unknown selection policy {policy!r}; valid: {', '.join(POLICIES)}")
+    if not isinstance(explore_weight, (int, float)) or not math.isfinite(explore_weight) or explore_weight < 0:
+        raise ValueError(f"explore_weight must be a finite number >= 0, got {explore_weight!r}")
+
+
+def _explain(wm: WorldModel, node: Node, policy: str, explore_weight: float, ctx: _Context) -> dict[str, Any]:
+    a = node.action
+    if a is None:
+        raise ValueError(f"node {node.node_id!r} has no action, so it cannot be selected")
+    prior = float(a.score)
+    base = wm.base_of(node.node_id)
+    p_score = parent_score(wm, node)
+    best_ref = ctx.best if ctx.best is not None else BASELINE_SCORE
+    conf = min(max(float(node.confidence), 0.0), 1.0)
+    raw = a.expected_speedup if a.expected_speedup is not None and a.expected_speedup > 0 else None
+    calibrated = ctx.calibration.factor * raw if raw is not None else None
+    # Confidence shrinks the (calibrated) predicted speedup towards "no change" in log space.
+    expected_score = p_score * (calibrated ** conf if calibrated is not None else 1.0)
+    r = expected_score / best_ref
+    prediction = r * r / (1.0 + r * r)          # 0.5 when the step is expected to match the best so far
+    parent_quality = min(1.0, p_score / best_ref)
+    fam = family_of(wm, node)
+    visits = family_visits(wm, node)
+    if policy == "greedy":
+        value, penalty, bonus = prior, 1.0, 0.0
+    else:
+        value = W_PRIOR * prior + W_PREDICTION * prediction + W_PARENT * parent_quality
+        penalty = FAILURE_PENALTY ** node.failed_cycles * ATTEMPT_DECAY ** node.attempts
+        bonus = explore_weight / (1 + visits)
+    return {
+        "policy": policy, "node_id": node.node_id,
+        "prior": prior,
+        "confidence": conf,
+        "expected_speedup": raw,
+        "calibration_factor": ctx.calibration.factor,
+        "calibration_n": ctx.calibration.n,
+        "calibrated_speedup": calibrated,
+        "base_id": base.node_id,
+        "parent_score": p_score,
+        "best_score": ctx.best,
+        "expected_score": expected_score,
+        "prediction": prediction,
+        "parent_quality": parent_quality,
+        "value": value,
+        "attempts": node.attempts,
+        "failed_cycles": node.failed_cycles,
+        "penalty": penalty,
+        "family": fam.node_id if fam is not None else None,
+        "family_visits": visits,
+        "bonus": bonus,
+        "total": value * penalty + bonus,
+        "difficulty": a.difficulty,
+        "rating": node.rating,
+    }
+
+
+def explain(wm: WorldModel, node: Node | str, policy: str = "learned", explore_weight: float = 0.0) -> dict[str, Any]:
+    """The components of `node`'s priority under `policy` (JSON-ready; the search journals it).
+
+    Keys: prior, confidence, expected_speedup, calibration_factor, calibration_n, calibrated_speedup,
+    base_id, parent_score, best_score, expected_score, prediction, parent_quality, value, attempts,
+    failed_cycles, penalty, family, family_visits, bonus, total (= value * penalty + bonus), difficulty,
+    rating. Under "greedy" the informative components are still filled in, but total = prior.
     """
-    candidates = [n for n in wm.frontier() if n.action and n.action.difficulty <= max_difficulty]
+    _check(policy, explore_weight)
+    if isinstance(node, str):
+        node = wm.node(node)
+    return _explain(wm, node, policy, float(explore_weight), _context(wm))
+
+
+def priority(wm: WorldModel, node: Node, explore_weight: float = 0.0, policy: str = "learned") -> float:
+    """The number selection sorts by (higher first)."""
+    return explain(wm, node, policy, explore_weight)["total"]
+
+
+def choose_next(wm: WorldModel, max_difficulty: int, explore_weight: float = 0.0,
+                policy: str = "learned") -> Node | None:
+    """The frontier action to run next, or None when nothing on the frontier is within the cap.
+
+    learned: total desc; greedy: action.score desc; then difficulty asc, rating desc, node_id asc.
+    The difficulty cap is the user's and is never raised; if nothing is under it, nothing is selected
+    and the search ends, saying why.
+    """
+    _check(policy, explore_weight)
+    candidates = [n for n in wm.frontier() if n.action is not None and n.action.difficulty <= max_difficulty]
     if not candidates:
         return None
-    return min(candidates, key=lambda n: (-round(priority(wm, n, explore_weight), 9), n.action.difficulty,
-                                          -n.rating, n.node_id))
-
+    if policy == "greedy":
+        return min(candidates, key=lambda n: (-n.action.score, n.action.difficulty, -n.rating, n.node_id))
+    ctx = _context(wm)
+    totals = {n.node_id: _explain(wm, n, policy, float(explore_weight), ctx)["total"] for n in candidates}
+    return min(candidates, key=lambda n: (-round(totals[n.node_id], 9), n.action.difficulty, -n.rating, n.node_id))

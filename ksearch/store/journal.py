@@ -5,6 +5,11 @@ evaluations, baseline times), so a resumed run re-executes the same loop and, fo
 already in the journal, takes the recorded value instead of asking again and writes nothing. Once the
 recorded events run out it continues live, appending. A mismatch (the run asks something other than
 what was recorded, e.g. after changing an override that alters earlier steps) stops with an error.
+
+Settings may change between segments of a run (`ksearch resume RUN_DIR search.max_rounds=200`): the
+change is recorded as a "config" record at the point where the new segment went live. Replay hands
+those records to `on_info` when it reaches them, so every segment is replayed under the settings it
+ran with, and the live edge calls `on_live` once, where the caller records a change of settings.
 """
 
 from __future__ import annotations
@@ -20,40 +25,82 @@ class JournalDivergence(RuntimeError):
     """A resumed run no longer follows its journal."""
 
 
+class JournalCorrupted(RuntimeError):
+    """A line other than the last one does not parse: something other than a crash damaged the file."""
+
+
 def read_journal(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """Records and the byte length of the well-formed prefix (a torn last line is dropped)."""
+    """Records and the byte length of the well-formed prefix.
+
+    Only the LAST line may be bad (a crash while appending tears it, or leaves garbage after it): it
+    never took effect, so it is dropped. A bad line with good lines after it means the file was damaged
+    some other way; dropping it would silently lose what follows, so that is an error instead.
+    """
     if not path.exists():
         return [], 0
     records, good = [], 0
     with path.open("rb") as f:
-        for line in f:
-            if not line.endswith(b"\n"):
-                break
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-            good += len(line)
+        lines = f.read().split(b"\n")
+    # split leaves a final "" after the last newline; anything else there is an unterminated torn line
+    body, tail = lines[:-1], lines[-1]
+    for i, line in enumerate(body):
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict) or "kind" not in rec:
+                raise ValueError("not a journal record")
+        except ValueError:
+            if i == len(body) - 1 and not tail:
+                break                      # a garbled last line: dropped like a torn one
+            raise JournalCorrupted(f"{path}: line {i + 1} of {len(body)} is not a journal record, and records "
+                                   f"follow it; the file was damaged after it was written. Keep a copy, then "
+                                   f"cut the file before that line to resume from there.") from None
+        records.append(rec)
+        good += len(line) + 1
     return records, good
 
 
 class Journal:
     # Kinds whose values come from outside the deterministic loop; replay returns the recorded value.
-    MEMO_KINDS = ("model", "evaluation", "baseline")
+    MEMO_KINDS = ("model", "evaluation", "baseline", "remeasure")
+    # Kinds that inform rather than decide: replay hands them to `on_info` instead of matching them.
+    INFO_KINDS = ("config", "model_failed")
 
     def __init__(self, path: Path, fsync: bool = True):
         self.path = path
         self.fsync = fsync
         self.recorded, good = read_journal(path)
+        self.dropped_bytes = 0
         if path.exists() and path.stat().st_size != good:
+            self.dropped_bytes = path.stat().st_size - good
             with path.open("r+b") as f:    # drop a line torn by a crash mid-write; it never took effect
                 f.truncate(good)
         self.cursor = 0
+        self.on_info: Callable[[dict[str, Any]], None] | None = None
+        self.on_live: Callable[[], None] | None = None
+        self._went_live = False
         self._f = path.open("a", encoding="utf-8")
 
     @property
     def replaying(self) -> bool:
+        self._consume_config_records()
         return self.cursor < len(self.recorded)
+
+    def _consume_config_records(self) -> None:
+        while self.cursor < len(self.recorded) and self.recorded[self.cursor].get("kind") in self.INFO_KINDS:
+            rec = self.recorded[self.cursor]
+            self.cursor += 1
+            if self.on_info is not None:
+                self.on_info(rec)
+
+    def _go_live(self) -> None:
+        if not self._went_live:
+            self._went_live = True
+            if self.on_live is not None:
+                self.on_live()
+
+    def peek_kind(self) -> str | None:
+        """Kind of the next recorded record (config records consumed first); None at the live edge."""
+        return self.recorded[self.cursor].get("kind") if self.replaying else None
 
     def close(self) -> None:
         self._f.close()
@@ -72,7 +119,17 @@ class Journal:
             self._expect(rec, kind, check)
             self.cursor += 1
             return rec
+        self._go_live()
         rec = {"seq": self.cursor, "kind": kind, "t": time.time(), **check, **payload}
+        self.cursor += 1
+        self._append(rec)
+        return rec
+
+    def record_info(self, kind: str, **payload: Any) -> dict[str, Any]:
+        """Append an informational record at the live edge (never matched: replay feeds it to on_info)."""
+        assert kind in self.INFO_KINDS and not self.replaying
+        self._went_live = True
+        rec = {"seq": self.cursor, "kind": kind, "t": time.time(), **payload}
         self.cursor += 1
         self._append(rec)
         return rec
@@ -85,6 +142,7 @@ class Journal:
             self._expect(rec, kind, {"key": key})
             self.cursor += 1
             return rec["value"]
+        self._go_live()
         value = compute()
         rec = {"seq": self.cursor, "kind": kind, "t": time.time(), "key": key, **meta, "value": value}
         self.cursor += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -37,20 +38,25 @@ class RunDir:
             raise FileExistsError(f"{self.path} already holds a run; use `ksearch resume {self.path}` to continue "
                                   f"it, or pick another run.dir")
         (self.path / "solutions").mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(config_yaml)
+        atomic_write(self.config_path, config_yaml)
 
     def exists(self) -> bool:
         return self.journal_path.exists() and self.config_path.exists()
 
     def save_solution(self, solution: Solution) -> Path:
+        """solutions/<id>.json (the solution object) and <id>.py or .cu (its main source, to read and diff)."""
         d = self.path / "solutions"
         d.mkdir(parents=True, exist_ok=True)
         sid = solution.solution_id
-        code_path = d / f"{sid}.py"
-        if not code_path.exists():
-            code_path.write_text(solution.main_source)
-            (d / f"{sid}.json").write_text(json.dumps(solution.to_json(), indent=1))
+        suffix = ".cu" if solution.language == "cuda" else ".py"
+        code_path = d / f"{sid}{suffix}"
+        if not (d / f"{sid}.json").exists():
+            atomic_write(code_path, solution.main_source)
+            atomic_write(d / f"{sid}.json", json.dumps(solution.to_json(), indent=1))
         return code_path
+
+    def has_solution(self, solution_id: str) -> bool:
+        return (self.path / "solutions" / f"{solution_id}.json").is_file()
 
     def load_solution(self, solution_id: str) -> Solution:
         return Solution.from_json(json.loads((self.path / "solutions" / f"{solution_id}.json").read_text()))
@@ -58,13 +64,20 @@ class RunDir:
     def write_best(self, solution: Solution, report: dict[str, Any], node_id: str) -> None:
         best = self.path / "best"
         best.mkdir(parents=True, exist_ok=True)
-        tmp = best / "solution.py.tmp"
-        tmp.write_text(solution.main_source)
-        tmp.replace(best / "solution.py")
-        (best / "solution.json").write_text(json.dumps(solution.to_json(), indent=1))
-        (best / "report.json").write_text(json.dumps({"node_id": node_id, **report}, indent=1, default=str))
+        suffix = ".cu" if solution.language == "cuda" else ".py"
+        atomic_write(best / f"solution{suffix}", solution.main_source)
+        atomic_write(best / "solution.json", json.dumps(solution.to_json(), indent=1))
+        atomic_write(best / "report.json", json.dumps({"node_id": node_id, **report}, indent=1, default=str))
 
     def write_tree(self, tree: dict[str, Any]) -> None:
-        tmp = self.path / "tree.json.tmp"
-        tmp.write_text(json.dumps(tree, indent=1, default=str))
-        tmp.replace(self.path / "tree.json")
+        atomic_write(self.path / "tree.json", json.dumps(tree, indent=1, default=str))
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write to a temporary sibling, fsync, rename: a reader (or a crash) sees the old file or the new one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)

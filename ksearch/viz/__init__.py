@@ -1,1 +1,2 @@
-"""Terminal views: the plan tree (`ksearch show`) and live run progress."""
+"""Looking at runs: the plan tree and one node (`show`), live progress, reports with plots (`report`),
+runs side by side (`compare`), and experiment trackers. All read runs through ksearch.store.history."""

@@ -62,7 +62,8 @@ class LiveProgress:
     def message(self, text: str) -> None:
         self.console.print(text, highlight=False)
 
-    def stop(self) -> None:
+    def stop(self, status: str = "finished") -> None:
+        """Take the live panel down (status is for sinks that record it, see viz.tracking.Tee)."""
         if self._live is not None:
             self._live.stop()
             self._live = None

@@ -1,8 +1,6 @@
-"""`ksearch show`: the plan tree with rich, best path highlighted."""
+"""`ksearch show`: the plan tree with rich, best path highlighted, optionally cut to some statuses or depth."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import networkx as nx
 from rich.console import Console
@@ -10,13 +8,18 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from ksearch.store.history import NotARunError, RunHistory
+from ksearch.viz.speedups import families, measured_vs_parent, predicted_speedup
 from ksearch.world_model import Node, WorldModel
 
+#: Node.status values, for `ksearch show --status`.
+NODE_STATUSES = ("open", "closed", "failed", "pruned", "decision")
 _STATUS_STYLE = {"closed": "green", "open": "cyan", "failed": "red", "pruned": "dim", "decision": "white"}
 
 
-def _label(wm: WorldModel, node: Node, on_best_path: bool, is_best: bool) -> Text:
-    t = Text()
+def _label(wm: WorldModel, node: Node, on_best_path: bool, is_best: bool, context_only: bool = False) -> Text:
+    """One node on one line. `context_only`: an ancestor shown only to place nodes that matched a filter."""
+    t = Text(style="dim" if context_only else "")
     t.append(f"{node.node_id} ", style="bold" if on_best_path else "")
     if node.is_root:
         t.append("root", style="bold")
@@ -25,19 +28,19 @@ def _label(wm: WorldModel, node: Node, on_best_path: bool, is_best: bool) -> Tex
         t.append(node.choice or (node.action.title if node.action else ""))
     t.append(f"  [{node.status}]", style=_STATUS_STYLE.get(node.status, ""))
     if node.solution and node.solution.score is not None:
-        score = node.solution.score
-        t.append(f"  score {score:.4g}x", style="bold green" if is_best else "green")
-        parent = wm.parent(node.node_id)
-        if parent and parent.solution and parent.solution.score:
-            ratio = score / parent.solution.score
-            t.append(f" ({ratio:.2f}x parent)", style="green" if ratio >= 1 else "yellow")
+        t.append(f"  score {node.solution.score:.4g}x", style="bold green" if is_best else "green")
     elif node.solution:
         t.append(f"  {node.solution.status}", style="red")
     if node.action:
         a = node.action
-        pred = f"pred {a.expected_speedup:.3g}" if a.expected_speedup else "pred -"
-        meas = f"meas {node.solution.score:.3g}" if node.solution and node.solution.score is not None else ""
-        t.append(f"  {pred}{' / ' + meas if meas else ''}  diff {a.difficulty}  prio {a.score:.2f}", style="dim")
+        # Both against the parent's kernel (the baseline for depth-1 nodes): see viz/speedups.py.
+        meas, pred = measured_vs_parent(wm, node), predicted_speedup(node)
+        t.append("  vs parent: ", style="dim")
+        t.append(f"pred {pred:.3g}x" if pred else "pred -", style="dim")
+        if meas is not None:
+            t.append(" / ", style="dim")
+            t.append(f"meas {meas:.3g}x", style="green" if meas >= 1 else "yellow")
+        t.append(f"  diff {a.difficulty}  prio {a.score:.2f}", style="dim")
     if node.attempts:
         t.append(f"  attempts {node.attempts}", style="dim")
     if node.failed_cycles:
@@ -48,31 +51,43 @@ def _label(wm: WorldModel, node: Node, on_best_path: bool, is_best: bool) -> Tex
 
 
 def render_tree(wm: WorldModel, *, root_id: str | None = None, max_depth: int | None = None,
-                best_node_id: str | None = None) -> Tree:
+                best_node_id: str | None = None, statuses: set[str] | None = None) -> Tree:
+    """The tree from `root_id` down `max_depth` levels. With `statuses`, only nodes in one of them are
+    drawn, with their ancestors (dimmed) so each keeps its place in the plan."""
     best_path = {n.node_id for n in wm.path(best_node_id)} if best_node_id and best_node_id in wm else set()
     start = wm.node(root_id) if root_id else wm.root
     base_depth = wm.depth(start.node_id)
+    keep: set[str] | None = None
+    if statuses is not None:
+        keep = set()
+        for n in wm.nodes():
+            if n.status in statuses:
+                keep.update(p.node_id for p in wm.path(n.node_id))
+
+    def label(node: Node) -> Text:
+        context = statuses is not None and node.status not in statuses
+        return _label(wm, node, node.node_id in best_path, node.node_id == best_node_id, context)
 
     def build(node: Node, tree: Tree) -> None:
         for child in wm.children(node.node_id, include_pruned=True):
             if max_depth is not None and wm.depth(child.node_id) - base_depth > max_depth:
                 continue
+            if keep is not None and child.node_id not in keep:
+                continue
             style = "bold magenta" if child.node_id in best_path else ""
-            sub = tree.add(_label(wm, child, child.node_id in best_path, child.node_id == best_node_id),
-                           guide_style=style or "dim")
-            build(child, sub)
+            build(child, tree.add(label(child), guide_style=style or "dim"))
 
-    top = Tree(_label(wm, start, start.node_id in best_path, start.node_id == best_node_id))
+    top = Tree(label(start))
     build(start, top)
     return top
 
 
 def family_table(wm: WorldModel) -> Table:
-    """Per depth-1 family: its best measured kernel, where it is, and the cycles spent on it."""
+    """Per kernel family: its best measured kernel, where it is, and the cycles spent on it."""
     t = Table(title="families")
     for col in ("family", "best score", "mean latency ms", "best node", "closed", "attempts"):
         t.add_column(col)
-    for fam in wm.children(wm.root.node_id, include_pruned=True):
+    for fam in families(wm):
         sub = [wm.node(n) for n in nx.descendants(wm.graph, fam.node_id) | {fam.node_id}]
         scored = [n for n in sub if n.solution and n.solution.score is not None]
         best = max(scored, key=lambda n: n.solution.score) if scored else None
@@ -84,14 +99,44 @@ def family_table(wm: WorldModel) -> Table:
     return t
 
 
-def show_run(state: dict[str, Any], console: Console, *, node_id: str | None = None,
-             depth: int | None = None) -> None:
-    wm = WorldModel.from_json(state["tree"])
-    best = state.get("best") or {}
+def show_run(history: RunHistory, console: Console, *, node_id: str | None = None, depth: int | None = None,
+             statuses: set[str] | None = None) -> None:
+    """The tree (or the subtree under `node_id`), the family table, and the kernel summary."""
+    wm = history.world_model()
+    if wm is None:
+        raise NotARunError(f"{history.run_dir}: the run has not built its world model yet (no tree record); "
+                           f"try again in a moment, or `ksearch show --live {history.run_dir}`")
+    best = history.best
     if node_id and node_id not in wm:
         raise KeyError(f"no node {node_id!r} in this run; node ids are shown in `ksearch show RUN_DIR`")
-    console.print(render_tree(wm, root_id=node_id, max_depth=depth, best_node_id=best.get("node_id")))
-    if node_id is None:
+    console.print(render_tree(wm, root_id=node_id, max_depth=depth, best_node_id=best.node_id if best else None,
+                              statuses=statuses))
+    if node_id is None and statuses is None:     # the whole run, unfiltered: add the per-family view
         console.print(family_table(wm))
-    if wm.kernel_summary:
+    if wm.kernel_summary and node_id is None:
         console.print(Text(wm.kernel_summary, style="dim"))
+
+
+def run_summary(history: RunHistory) -> Text:
+    """One line: evaluations, best, stop reason (or that the run is unfinished), cost and time."""
+    best = history.best
+    t = Text(f"{len(history.evaluations)} evaluations in {history.rounds} rounds on {history.device}; ")
+    t.append(f"best {best.score:.4g}x at {best.node_id} (round {best.round})" if best else "no passing kernel yet",
+             style="bold" if best else "red")
+    t.append(f"; stopped: {history.stop_reason}" if history.ended else
+             "; not finished (running, or killed: `ksearch resume` continues it)")
+    u = history.usage
+    t.append(f"; {u.requests} model requests, ${u.cost_usd:.4f}, {u.total_tokens} tokens", style="dim")
+    if history.wall_s is not None:
+        t.append(f"; {format_duration(history.wall_s)} wall", style="dim")
+    return t
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}min"
+    return f"{seconds / 3600:.2f}h"

@@ -1,6 +1,7 @@
-"""The world model: plan nodes, the tree, edit scripts, the frontier and prompt renderings."""
+"""The world model: plan nodes, the tree, edit scripts, the frontier, fallbacks and prompt renderings."""
 
 from ksearch.world_model.edits import EditScript, EditScriptError, parse_edit_script, parse_edit_text
+from ksearch.world_model.fallback import NoFallbackError, fallback_edit
 from ksearch.world_model.node import Action, AttachedSolution, Node
 from ksearch.world_model.render import render_compact, render_frontier
 from ksearch.world_model.tree import ROOT_ID, EditResult, WorldModel
@@ -8,4 +9,5 @@ from ksearch.world_model.tree import ROOT_ID, EditResult, WorldModel
 __all__ = [
     "Action", "AttachedSolution", "Node", "EditScript", "EditScriptError", "parse_edit_script",
     "parse_edit_text", "WorldModel", "EditResult", "ROOT_ID", "render_compact", "render_frontier",
+    "fallback_edit", "NoFallbackError",
 ]

@@ -15,7 +15,12 @@ class Action:
     rationale: str = ""
     difficulty: int = 3                 # 1 easiest .. 5 hardest
     score: float = 0.5                  # priority, 0..1
-    expected_speedup: float | None = None   # predicted vs-baseline factor once applied
+    #: Predicted speedup of this node's kernel over its PARENT's kernel (parent score -> this score), e.g.
+    #: 1.15 = "15% faster than the kernel it starts from". For a depth-1 node the parent "kernel" is the
+    #: baseline (score 1.0), so there it is the vs-baseline factor. Parent-relative because that is what a
+    #: step can honestly be judged on, and what selection calibrates against measurements
+    #: (ksearch.planner.selection.calibration). None = no prediction.
+    expected_speedup: float | None = None
     params: dict[str, Any] = field(default_factory=dict)
 
 
@@ -30,6 +35,9 @@ class AttachedSolution:
     score: float | None
     latency_ms: float | None = None
     score_name: str = "geomean_speedup"
+    #: The node's action.expected_speedup when the solution was attached, frozen so that a later edit of
+    #: the prediction cannot make the calibration look better than it was. Filled by attach_solution.
+    predicted_speedup: float | None = None
 
 
 @dataclass

@@ -55,6 +55,8 @@ def render_frontier(wm: WorldModel) -> str:
     for n in wm.frontier():
         a = n.action
         assert a is not None
-        rows.append(f"- {n.node_id} (parent {n.parent_id}): {a.title} | score {a.score:.2f} | "
-                    f"difficulty {a.difficulty} | expected {a.expected_speedup}")
+        base = wm.base_of(n.node_id).node_id
+        via = f", builds on {base}" if base != n.parent_id else ""
+        rows.append(f"- {n.node_id} (parent {n.parent_id}{via}): {a.title} | score {a.score:.2f} | "
+                    f"difficulty {a.difficulty} | expected x{a.expected_speedup} over its parent's kernel")
     return "\n".join(rows) or "(no executable actions)"

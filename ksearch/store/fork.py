@@ -1,0 +1,94 @@
+"""Forks: a new run that starts from the path root..node of another run's plan tree.
+
+The new run gets those plan nodes (beliefs, notes, attached kernels) and nothing below or beside them, so
+a user can branch a search from any plan, e.g. to explore it with another model or a larger budget. The
+kernels travel with it (copied into the new run's solution store); their measurements travel only when
+the fork measures the same task on the same workload set and device (the search decides that).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ksearch.instantiate.solution import Solution
+from ksearch.store.journal import read_journal
+from ksearch.world_model import WorldModel
+
+
+class ForkError(ValueError):
+    """The fork source or node is not usable; the message says what to pass instead."""
+
+
+@dataclass
+class ForkSeed:
+    source: str                         # the source run directory
+    node_id: str
+    task: str
+    workload_set: str
+    device: str
+    tree: dict[str, Any]                # WorldModel JSON of the path root..node
+    solutions: list[Solution] = field(default_factory=list)
+    reports: dict[str, dict[str, Any]] = field(default_factory=dict)   # solution id -> its EvalReport JSON
+
+
+def load_fork(source: Path, node_id: str | None) -> ForkSeed:
+    source = Path(source)
+    records, _ = read_journal(source / "journal.jsonl")
+    if not records:
+        raise ForkError(f"fork.from={source} is not a run directory with a journal; pass a directory written by "
+                        f"`ksearch run`")
+    start = next((r for r in records if r.get("kind") == "run_start"), None)
+    trees = [r["tree"] for r in records if r.get("kind") == "tree"]
+    if start is None or not trees:
+        raise ForkError(f"fork.from={source}: the run never built its world model, so there is nothing to fork")
+    full = WorldModel.from_json(trees[-1])
+    if not node_id:
+        raise ForkError(f"fork.from needs fork.node=ID too (a node of {source}; `ksearch show {source}` lists them)")
+    if node_id not in full:
+        ids = [n.node_id for n in full.nodes()][:20]
+        raise ForkError(f"fork.node={node_id} is not a node of {source}; it has {', '.join(ids)}"
+                        + (" ..." if len(full.nodes()) > 20 else ""))
+    path = full.path(node_id)
+    keep = {n.node_id for n in path}
+    tree = dict(trees[-1])
+    tree["nodes"] = [n.to_json() for n in path]
+    tree["active_leaf_id"] = node_id if node_id in keep else "root"
+    reports: dict[str, dict[str, Any]] = {}
+    for r in records:     # the attached kernel's own measurement: the last evaluation of that solution
+        if r.get("kind") == "evaluation" and r.get("solution_id"):
+            reports[r["solution_id"]] = r["value"]
+    solutions = []
+    for n in path:
+        if n.solution is None:
+            continue
+        sid = n.solution.solution_id
+        f = source / "solutions" / f"{sid}.json"
+        if not f.is_file():
+            raise ForkError(f"{source} lacks solutions/{sid}.json (the kernel of node {n.node_id}); the run "
+                            f"directory is incomplete")
+        solutions.append(Solution.from_json(json.loads(f.read_text())))
+    return ForkSeed(str(source), node_id, start.get("task", ""), start.get("workload_set", ""),
+                    start.get("device", ""), tree, solutions, {s.solution_id: reports[s.solution_id]
+                                                               for s in solutions if s.solution_id in reports})
+
+
+def seed_record(seed: ForkSeed) -> dict[str, Any]:
+    """What the fork journal record keeps: enough to rebuild the seed on resume without the source run."""
+    return {"task": seed.task, "workload_set": seed.workload_set, "device": seed.device, "tree": seed.tree,
+            "reports": seed.reports, "solution_ids": [s.solution_id for s in seed.solutions]}
+
+
+def seed_from_own_journal(run_path: Path) -> ForkSeed | None:
+    """The seed a forked run started from, read back from its own journal and solution store."""
+    records, _ = read_journal(Path(run_path) / "journal.jsonl")
+    rec = next((r for r in records if r.get("kind") == "fork"), None)
+    if rec is None or "seed" not in rec:
+        return None
+    seed = rec["seed"]
+    sols = [Solution.from_json(json.loads((Path(run_path) / "solutions" / f"{sid}.json").read_text()))
+            for sid in seed["solution_ids"]]
+    return ForkSeed(rec["from"], rec["node"], seed["task"], seed["workload_set"], seed["device"], seed["tree"],
+                    sols, seed["reports"])

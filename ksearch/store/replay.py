@@ -1,0 +1,71 @@
+"""Measurements taken from a recorded run, so `llm.replay=RUN_DIR` re-runs a search exactly.
+
+Model answers alone do not make a re-run exact: timings differ from run to run, and prompts carry them.
+With `llm.replay_measurements=true` (the default with replay) every baseline, evaluation and side-by-side
+re-measurement the search asks for is answered from the recording, in the order it was recorded for that
+kernel. Anything the recording lacks is measured for real and announced, never invented.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from pathlib import Path
+from typing import Any, Callable
+
+from ksearch.eval.report import BaselineTimes, EvalReport
+from ksearch.store.journal import read_journal
+
+
+class RecordedEvaluator:
+    def __init__(self, recording: Path, live: Callable[[], Any], notify: Callable[[str], None] = print):
+        records, _ = read_journal(Path(recording) / "journal.jsonl")
+        if not records:
+            raise FileNotFoundError(f"llm.replay={recording} holds no journal to replay")
+        self.source = str(recording)
+        self._baselines = [r["value"] for r in records if r.get("kind") == "baseline"]
+        self._evals: dict[str, deque[dict[str, Any]]] = defaultdict(deque)
+        self._remeasures: dict[tuple[str, ...], deque[list[dict[str, Any]]]] = defaultdict(deque)
+        for r in records:
+            if r.get("kind") == "evaluation" and r.get("solution_id"):
+                self._evals[r["solution_id"]].append(r["value"])
+            elif r.get("kind") == "remeasure":
+                self._remeasures[tuple(r.get("solution_ids") or ())].append(r["value"]["reports"])
+        self._live_factory = live
+        self._live: Any = None
+        self._notify = notify
+        self.live_measurements = 0
+
+    def _real(self) -> Any:
+        if self._live is None:
+            self._live = self._live_factory()
+        self.live_measurements += 1
+        return self._live
+
+    def measure_baselines(self, workloads: list[Any]) -> BaselineTimes:
+        if self._baselines:
+            return BaselineTimes.from_json(self._baselines[0])
+        self._notify(f"replay: {self.source} recorded no baseline; measuring it")
+        return self._real().measure_baselines(workloads)
+
+    def evaluate(self, source: str, solution_id: str, workloads: list[Any],
+                 baseline: BaselineTimes | None) -> EvalReport:
+        queue = self._evals.get(solution_id)
+        if queue:
+            value = queue.popleft() if len(queue) > 1 else queue[0]
+            return EvalReport.from_json(value)
+        self._notify(f"replay: kernel {solution_id} is not in {self.source}; measuring it (the run diverged)")
+        return self._real().evaluate(source, solution_id, workloads, baseline)
+
+    def remeasure(self, entries: list[tuple[str, str]], workloads: list[Any],
+                  baseline: BaselineTimes | None) -> list[EvalReport]:
+        key = tuple(sid for _, sid in entries)
+        queue = self._remeasures.get(key)
+        if queue:
+            value = queue.popleft() if len(queue) > 1 else queue[0]
+            return [EvalReport.from_json(v) for v in value]
+        self._notify(f"replay: no recorded re-measurement of {', '.join(key)}; measuring")
+        return self._real().remeasure(entries, workloads, baseline)
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.close()

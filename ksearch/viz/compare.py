@@ -1,0 +1,116 @@
+"""`ksearch compare RUN_DIR...`: runs side by side, and how fast each reached a common score.
+
+"How fast" needs one score that every run can be measured against; by default it is the smallest best
+score among the runs, which every run that found a passing kernel has reached, so each row gets a time
+and a round count (a run that never got there shows "-").
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.table import Table
+
+from ksearch.store.history import NotARunError, RunHistory, is_run_dir
+from ksearch.viz.tree_view import format_duration
+
+
+@dataclass
+class CompareRow:
+    run: str
+    task: str
+    model: str
+    policy: str
+    seed: object
+    best_score: float | None
+    rounds: int
+    evaluations: int
+    cost_usd: float
+    tokens: int
+    wall_s: float | None
+    status: str
+    time_to_target_s: float | None
+    rounds_to_target: int | None
+
+
+def expand_run_dirs(paths: list[str | Path]) -> list[Path]:
+    """Run directories from the arguments; a sweep folder (sweep.json) stands for the runs inside it."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        sweep = p / "sweep.json"
+        if sweep.is_file():
+            arms = json.loads(sweep.read_text()).get("arms", [])
+            dirs = [Path(a["run_dir"]) for a in arms if a.get("run_dir")]
+            dirs = [d if d.is_absolute() else p / d for d in dirs]
+            out += [d for d in dirs if is_run_dir(d)]
+        elif not is_run_dir(p) and p.is_dir() and list(p.glob("*/journal.jsonl")):
+            out += sorted(d.parent for d in p.glob("*/journal.jsonl"))
+        else:
+            out.append(p)
+    if not out:
+        raise NotARunError(f"no runs in {', '.join(map(str, paths))}; pass run directories or a sweep directory")
+    return out
+
+
+def default_target(histories: list[RunHistory]) -> float | None:
+    scores = [h.best.score for h in histories if h.best]
+    return min(scores) if scores else None
+
+
+def compare_rows(histories: list[RunHistory], target: float | None) -> list[CompareRow]:
+    rows = []
+    for h in histories:
+        hit = h.reached(target) if target is not None else None
+        rows.append(CompareRow(
+            run=_short(h.run_dir), task=h.task, model=h.model, policy=h.policy, seed=h.seed,
+            best_score=h.best.score if h.best else None, rounds=h.rounds, evaluations=len(h.evaluations),
+            cost_usd=h.usage.cost_usd, tokens=h.usage.total_tokens, wall_s=h.wall_s,
+            status=h.stop_reason if h.ended else "not finished",
+            time_to_target_s=(hit.t - h.started_at) if hit and h.started_at is not None else None,
+            rounds_to_target=hit.round if hit else None))
+    return rows
+
+
+def compare_table(rows: list[CompareRow], target: float | None) -> Table:
+    """One row per run. Settings every run shares (task, model, policy, seed) move to the caption, so the
+    columns that remain are the ones that differ."""
+    cells = []
+    top = max((r.best_score for r in rows if r.best_score is not None), default=None)
+    for r in rows:
+        cells.append({
+            "run": r.run, "task": r.task, "model": r.model, "policy": r.policy, "seed": str(r.seed),
+            "best": f"{r.best_score:.4g}x" if r.best_score is not None else "-",
+            "rounds": str(r.rounds), "evals": str(r.evaluations), "cost": f"${r.cost_usd:.4f}",
+            "wall": format_duration(r.wall_s),
+            "to target": (f"{format_duration(r.time_to_target_s)}, round {r.rounds_to_target}"
+                          if r.rounds_to_target is not None else "-"),
+            "status": r.status})
+    shared = [k for k in ("task", "model", "policy", "seed") if len(rows) > 1 and len({c[k] for c in cells}) == 1]
+    title = "runs" + (f" (target score {target:.4g}x)" if target is not None else "")
+    caption = ", ".join(f"{k} {cells[0][k]}" for k in shared) if shared else None
+    t = Table(title=title, caption=f"all runs: {caption}" if caption else None)
+    columns = [k for k in cells[0] if k not in shared] if cells else []
+    for col in columns:
+        width = max(len(col), *(len(c[col]) for c in cells))
+        if col in ("task", "model", "status"):     # long free text: these give way when the terminal is narrow
+            t.add_column(col, overflow="fold", max_width=max(12, min(width, 40)))
+        else:
+            t.add_column(col, no_wrap=True, min_width=width, justify="left" if col in ("run", "policy") else "right")
+    for r, c in zip(rows, cells):
+        if r.best_score is not None and r.best_score == top:
+            c["best"] = f"[bold green]{c['best']}[/]"
+        t.add_row(*(c[k] for k in columns))
+    return t
+
+
+def compare_json(rows: list[CompareRow], target: float | None) -> str:
+    return json.dumps({"target": target, "runs": [asdict(r) for r in rows]}, indent=1, default=str)
+
+
+def _short(path: Path) -> str:
+    """Enough of the path to tell runs apart: the last two parts (task/timestamp, or sweep/arm)."""
+    parts = path.parts
+    return str(Path(*parts[-2:])) if len(parts) >= 2 else str(path)
+

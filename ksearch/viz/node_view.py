@@ -1,0 +1,165 @@
+"""`ksearch show RUN_DIR --node ID`: one node's plan, kernel, diff against its parent, and measurements.
+
+Everything here comes from the run's history (journal + solutions/), so it also works on a run that is
+still going or was killed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from ksearch.store.history import Evaluation, RunHistory
+from ksearch.viz.speedups import measured_vs_parent, parent_score, predicted_speedup
+from ksearch.world_model import Node, WorldModel
+
+
+def render_node(history: RunHistory, node_id: str) -> Group:
+    wm = history.world_model()
+    if wm is None:
+        raise KeyError(f"{history.run_dir}: the run has no world model yet, so it has no node {node_id!r}")
+    if node_id not in wm:
+        raise KeyError(f"no node {node_id!r} in this run; node ids are shown in `ksearch show {history.run_dir}`")
+    node = wm.node(node_id)
+    shown = _shown_evaluation(history, node)
+    parts: list[RenderableType] = [_plan(wm, node)]
+    if node.notes:
+        parts.append(Panel(Text(node.notes), title="model's notes", title_align="left", border_style="dim"))
+    parts.append(_attempts(history, node))
+    if shown is not None:
+        parts.append(_workloads(history, shown))
+    parts += _kernel_and_diff(history, wm, node, shown)
+    return Group(*parts)
+
+
+def _shown_evaluation(history: RunHistory, node: Node) -> Evaluation | None:
+    """The attached solution's evaluation; for a node without one, its last attempt."""
+    attempts = history.evaluations_of(node.node_id)
+    if node.solution:
+        # The same kernel can be evaluated under several nodes; this node's own evaluation comes first.
+        mine = [e for e in attempts if e.solution_id == node.solution.solution_id]
+        return mine[-1] if mine else history.evaluation_of(node.solution.solution_id, node.solution.round_index)
+    return attempts[-1] if attempts else None
+
+
+def _plan(wm: WorldModel, node: Node) -> Panel:
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    path = " > ".join(n.node_id for n in wm.path(node.node_id))
+    t.add_row("path", path)
+    t.add_row("status", f"{node.status}" + (" (retired after failed cycles)" if node.retired else ""))
+    t.add_row("decision", node.decision or "-")
+    t.add_row("choice", node.choice or "-")
+    t.add_row("rating", f"{node.rating:.3g} / 10")
+    t.add_row("confidence", f"{node.confidence:.2f}")
+    if node.impacts:
+        t.add_row("impacts", ", ".join(f"{k} {v:g}" for k, v in node.impacts.items()))
+    t.add_row("created", f"round {node.created_round}; {node.attempts} attempts, {node.failed_cycles} failed cycles")
+    a = node.action
+    if a is not None:
+        t.add_row("action", Text(a.title, style="bold"))
+        if a.description:
+            t.add_row("", a.description)
+        if a.rationale:
+            t.add_row("why", a.rationale)
+        t.add_row("difficulty", f"{a.difficulty}   priority {a.score:.2f}")
+        meas, base, predicted = measured_vs_parent(wm, node), parent_score(wm, node), predicted_speedup(node)
+        pred = f"{predicted:.3g}x" if predicted else "-"
+        t.add_row("vs parent", f"predicted {pred}, measured " + (f"{meas:.3g}x (score {node.solution.score:.4g} / "
+                                                                 f"parent {base:.4g})" if meas is not None else "-"))
+        if a.params:
+            t.add_row("params", json.dumps(a.params, sort_keys=True))
+    if node.solution:
+        s = node.solution
+        t.add_row("solution", f"{s.solution_id} (attached in round {s.round_index}, {s.status}"
+                  + (f", {s.score_name} {s.score:.4g}x" if s.score is not None else "") + ")")
+    return Panel(t, title=f"node {node.node_id}", title_align="left")
+
+
+def _attempts(history: RunHistory, node: Node) -> RenderableType:
+    evals = history.evaluations_of(node.node_id)
+    failed = [r for r in history.iter_kind("cycle_failed") if r.get("node_id") == node.node_id]
+    if not evals:
+        return Text("no attempts yet" if not node.is_root else "the root holds no kernel unless "
+                    "search.seed_solution was given", style="dim")
+    t = Table(title=f"attempts ({len(evals)}; {len(failed)} failed cycles)", title_justify="left")
+    for col in ("round", "attempt", "solution", "status", "score", "eval s"):
+        t.add_column(col)
+    attached = node.solution.solution_id if node.solution else None
+    for e in evals:
+        style = "bold green" if e.solution_id == attached else ("" if e.passed else "red")
+        t.add_row(str(e.round), str(e.attempt), e.solution_id + (" (attached)" if e.solution_id == attached else ""),
+                  e.report.status, f"{e.score:.4g}x" if e.score is not None else "-",
+                  f"{e.report.elapsed_s:.1f}", style=style)
+    return t
+
+
+def _workloads(history: RunHistory, e: Evaluation) -> RenderableType:
+    r = e.report
+    base = history.baseline.best() if history.baseline else {}
+    t = Table(title=f"evaluation of {e.solution_id} (round {e.round}) on {r.device}: {r.summary()}",
+              title_justify="left")
+    for col in ("workload", "status", "latency ms", "baseline ms", "speedup", "max abs err", "max rel err", "message"):
+        t.add_column(col)
+    for w in r.workloads:
+        sp = r.speedups.get(w.workload)
+        t.add_row(w.workload, Text(w.status, style="green" if w.status == "PASSED" else "red"),
+                  _fmt(w.latency_ms) + _spread(getattr(w, "spread", None)),
+                  _fmt(getattr(w, "baseline_ms", None) or base.get(w.workload)), f"{sp:.3g}x" if sp else "-",
+                  _fmt(w.max_abs_error, ".3g"), _fmt(w.max_rel_error, ".3g"), Text(w.message[:200]))
+    parts: list[RenderableType] = [t]
+    if r.baseline:
+        parts.append(Text(f"baseline: {r.baseline}", style="dim"))
+    for flag in getattr(r, "flags", None) or []:      # suspicious findings that did not fail the kernel
+        parts.append(Text(f"flag: {flag}", style="yellow"))
+    if r.log and not r.passed:
+        parts.append(Panel(Text(r.log[-3000:]), title="error log (tail)", title_align="left", border_style="red"))
+    return Group(*parts)
+
+
+def _kernel_and_diff(history: RunHistory, wm: WorldModel, node: Node, shown: Evaluation | None) -> list[RenderableType]:
+    if shown is None:
+        return []
+    sid = shown.solution_id
+    src = history.solution_source(sid)
+    if src is None:
+        return [Text(f"no kernel source to show (solutions/{sid}.py is missing)", style="dim")]
+    lang = history.solution_language(sid)
+    label = "attached kernel" if node.solution and node.solution.solution_id == sid else "last attempt's kernel"
+    out: list[RenderableType] = [Panel(Syntax(src, lang, line_numbers=True, word_wrap=False),
+                                       title=f"{label} {sid}", title_align="left")]
+    base_sid = _parent_solution_id(wm, node)
+    base_src = history.solution_source(base_sid)
+    if base_src is None:
+        baseline = history.baseline.label if history.baseline else "the baseline"
+        out.append(Text(f"no parent kernel to diff against: the parent is the root, whose kernel is {baseline}",
+                        style="dim"))
+        return out
+    diff = "".join(difflib.unified_diff(base_src.splitlines(keepends=True), src.splitlines(keepends=True),
+                                        fromfile=f"parent {base_sid}", tofile=f"{node.node_id} {sid}"))
+    out.append(Panel(Syntax(diff or "(identical to the parent's kernel)\n", "diff", word_wrap=False),
+                     title=f"diff against the parent's kernel {base_sid}", title_align="left"))
+    return out
+
+
+def _parent_solution_id(wm: WorldModel, node: Node) -> str | None:
+    """The kernel this node's cycle started from: recorded on the attachment, else the parent's solution."""
+    if node.solution and node.solution.parent_solution_id:
+        return node.solution.parent_solution_id
+    parent = wm.parent(node.node_id)
+    return parent.solution.solution_id if parent and parent.solution else None
+
+
+def _spread(v: float | None) -> str:
+    return f" ±{100 * v:.1f}%" if v else ""
+
+
+def _fmt(v: float | None, spec: str = ".4g") -> str:
+    return format(v, spec) if v is not None else "-"

@@ -1,0 +1,118 @@
+"""PNG plots for `ksearch report`, drawn with matplotlib's object API on the Agg canvas.
+
+matplotlib is imported inside each function (it costs ~0.5 s and only `report` needs it), and pyplot is
+never used: a Figure with an Agg canvas draws without touching the process-wide backend, so this works
+headless and does not disturb a notebook that imported pyplot itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ksearch.store.history import RunHistory
+from ksearch.viz.speedups import PredictionPoint
+
+
+def _figure(width: float = 7.0, height: float = 4.2) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def plot_best_by_round(history: RunHistory, path: Path) -> Path | None:
+    """Best score so far (step line) over every attempt's score; failed attempts as red marks at the bottom."""
+    curve = [(r, b) for r, b in history.best_by_round() if b is not None]
+    if not curve and not history.evaluations:
+        return None
+    fig = _figure()
+    ax = fig.add_subplot()
+    passed = [(e.round, e.score) for e in history.evaluations if e.score is not None]
+    failed = [e.round for e in history.evaluations if e.score is None]
+    if passed:
+        ax.scatter(*zip(*passed), s=18, color="0.6", label="attempt score (first measurement)", zorder=2)
+    if curve:
+        ax.step(*zip(*curve), where="post", color="tab:blue", linewidth=2, label="best so far", zorder=3)
+    if failed:
+        ys = [min(s for _, s in passed)] * len(failed) if passed else [0.0] * len(failed)
+        ax.scatter(failed, ys, marker="x", color="tab:red", s=24, label="failed attempt", zorder=2)
+    ax.axhline(1.0, color="0.3", linestyle=":", linewidth=1, label="baseline (1.0x)")
+    ax.set_xlabel("round")
+    ax.set_ylabel(_score_label(history))
+    ax.set_title(f"{history.task}: best score against round")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.savefig(path)
+    return path
+
+
+def plot_predictions(points: list[PredictionPoint], path: Path, title: str) -> Path | None:
+    """Predicted against measured speedup over the parent kernel, one point per closed node, log axes."""
+    if not points:
+        return None
+    fig = _figure(6.0, 5.2)
+    ax = fig.add_subplot()
+    families = sorted({p.family for p in points})
+    colors = {f: f"C{i % 10}" for i, f in enumerate(families)}
+    for fam in families:
+        sub = [p for p in points if p.family == fam]
+        ax.scatter([p.predicted for p in sub], [p.measured for p in sub], color=colors[fam], s=30,
+                   label=fam[:40], zorder=3)
+    for p in points:
+        ax.annotate(p.node_id, (p.predicted, p.measured), fontsize=6, color="0.35",
+                    xytext=(3, 3), textcoords="offset points")
+    values = [p.predicted for p in points] + [p.measured for p in points]
+    lo, hi = min(values) / 1.3, max(values) * 1.3
+    ax.plot([lo, hi], [lo, hi], color="0.4", linestyle="--", linewidth=1, label="measured = predicted")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    _plain_log_ticks(ax)
+    ax.set_xlabel("predicted speedup over the parent kernel")
+    ax.set_ylabel("measured speedup over the parent kernel")
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="best")
+    fig.savefig(path)
+    return path
+
+
+def plot_workload_speedups(speedups: dict[str, float], path: Path, title: str) -> Path | None:
+    if not speedups:
+        return None
+    fig = _figure(max(4.0, 0.6 * len(speedups) + 2), 4.0)
+    ax = fig.add_subplot()
+    names = list(speedups)
+    values = [speedups[n] for n in names]
+    ax.bar(range(len(names)), values, color=["tab:green" if v >= 1 else "tab:orange" for v in values])
+    ax.axhline(1.0, color="0.3", linestyle=":", linewidth=1)
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("speedup vs baseline")
+    if values and max(values) / max(min(values), 1e-12) > 30:
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.grid(alpha=0.3, axis="y")
+    fig.savefig(path)
+    return path
+
+
+def _plain_log_ticks(ax: Any) -> None:
+    """Label log axes 0.5x, 1x, 2x rather than 5x10^-1."""
+    from matplotlib.ticker import FuncFormatter
+
+    fmt = FuncFormatter(lambda v, _pos: f"{v:.2g}x")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(fmt)
+        axis.set_minor_formatter(fmt)
+        axis.set_tick_params(which="minor", labelsize=7)
+
+
+def _score_label(history: RunHistory) -> str:
+    names = {e.report.score_name for e in history.evaluations if e.report.score_name}
+    name = names.pop() if len(names) == 1 else "score"
+    return f"{name} (x baseline)" if name != "score" else "score"
+

@@ -1,0 +1,299 @@
+"""Looking at runs: the typed history reader, `show` (tree, filters, one node), `report` and `compare`.
+
+One real CPU run (4 rounds, built once for the module) checks the commands end to end; small hand-written
+journals check what a real run rarely produces: a torn last line, record kinds this version does not
+know, model costs, failed cycles, and the predicted-vs-measured arithmetic.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ksearch.cli import main
+from ksearch.store import NotARunError, load_history
+from ksearch.viz.speedups import prediction_points
+from ksearch.world_model import Action, AttachedSolution, Node
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    path = tmp_path_factory.mktemp("runs") / "real"
+    assert main(["run", f"run.dir={path}", "search.max_rounds=4", "run.live=false"]) == 0
+    return path
+
+
+# ---- a hand-written run -------------------------------------------------------------------------------
+def _node(node_id, parent, expected=None, score=None, sid=None, parent_sid=None, **kw):
+    action = Action(title=f"do {node_id}", expected_speedup=expected) if parent else None
+    sol = AttachedSolution(sid, parent_sid, 1, "PASSED", score) if score is not None else None
+    return Node(node_id, parent, decision="step", choice=f"choice {node_id}", action=action, solution=sol,
+                **kw).to_json()
+
+
+def _eval(seq, t, rnd, node, sid, score, status="PASSED", elapsed=2.0):
+    value = {"solution_id": sid, "status": status, "device": "cpu", "elapsed_s": elapsed,
+             "workloads": [{"workload": "w1", "status": status, "latency_ms": 1.0 / score if score else None,
+                            "message": "" if status == "PASSED" else "boom", "brand_new_field": 1}],
+             "score": score, "score_name": "geomean_speedup", "baseline": "scripted",
+             "speedups": {"w1": score} if score else {}, "field_from_the_future": True}
+    return {"seq": seq, "kind": "evaluation", "t": t, "key": f"{sid}@{rnd}", "round": rnd, "node_id": node,
+            "attempt": 1, "solution_id": sid, "value": value}
+
+
+def write_synthetic_run(path: Path, *, ended=True, torn=True) -> Path:
+    """root -> a (pred 1.5x, score 1.2) -> b (pred 2.0x over a, score 1.8); c failed twice and was retired."""
+    path.mkdir(parents=True)
+    (path / "solutions").mkdir()
+    (path / "solutions" / "sa.py").write_text("def run():\n    return 1\n")
+    (path / "solutions" / "sb.py").write_text("def run():\n    return 2\n")
+    (path / "config.yaml").write_text("task:\n  name: toy_task\nllm:\n  kind: litellm\n  model: openai/x\n"
+                                      "search:\n  policy: greedy\nrun:\n  seed: 3\n")
+    tree = {"kernel_summary": "toy", "open_questions": [], "active_leaf_id": "b", "nodes": [
+        _node("root", None, notes="root"),
+        _node("a", "root", 1.5, 1.2, "sa"),
+        _node("b", "a", 2.0, 1.8, "sb", "sa", notes="the model thinks b is good"),
+        _node("c", "root", 3.0, retired=True, failed_cycles=2, attempts=2),
+        _node("d", "a", 1.1),
+    ]}
+    model_value = {"text": "{}", "model": "openai/x",
+                   "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120, "cost_usd": 0.25}}
+    recs = [
+        {"seq": 0, "kind": "run_start", "t": 1000.0, "task": "toy_task", "workload_set": "tiny", "device": "cpu",
+         "model": "openai/x"},
+        {"seq": 0.5, "kind": "fork", "t": 1000.5, "from": "/runs/src", "node": "n3", "seed": {}},
+        {"seq": 1, "kind": "baseline", "t": 1001.0, "key": "k",
+         "value": {"device": "cpu", "variants": {"ref": {"w1": 1.0}}, "label": "scripted"}},
+        {"seq": 2, "kind": "model", "t": 1002.0, "key": "m1", "request": {"purpose": "init"}, "value": model_value},
+        {"seq": 3, "kind": "config", "t": 1002.5, "config": {"search": {"max_rounds": 9}}, "changed": ["x"]},
+        _eval(4, 1010.0, 1, "a", "sa", 1.2),
+        {"seq": 5, "kind": "best", "t": 1010.5, "solution_id": "sa", "score": 1.2, "node_id": "a", "round": 1},
+        {"seq": 6, "kind": "model", "t": 1011.0, "key": "m2", "request": {"purpose": "action"}, "value": model_value},
+        _eval(7, 1020.0, 2, "c", "sc", None, status="RUNTIME_ERROR"),
+        {"seq": 8, "kind": "cycle_failed", "t": 1021.0, "node_id": "c", "retired": True, "status": "RUNTIME_ERROR"},
+        {"seq": 9, "kind": "bad_code", "t": 1022.0, "round": 3, "error": "no code"},
+        {"seq": 10, "kind": "remeasure", "t": 1023.0, "key": "r", "value": {"whatever": 1}},
+        _eval(11, 1030.0, 4, "b", "sb", 1.8),
+        {"seq": 12, "kind": "best", "t": 1030.5, "solution_id": "sb", "score": 1.8, "node_id": "b", "round": 4},
+        {"seq": 12.5, "kind": "not_best", "t": 1030.7, "solution_id": "sx", "score": 1.81, "incumbent": "sb"},
+        {"seq": 12.7, "kind": "mystery_kind", "t": 1030.8, "payload": [1, 2]},
+        {"seq": 13, "kind": "edit", "t": 1031.0, "purpose": "after_success", "ok": False, "errors": ["bad | op"]},
+        {"seq": 14, "kind": "tree", "t": 1032.0, "round": 4, "tree": tree},
+    ]
+    if ended:
+        recs.append({"seq": 15, "kind": "run_end", "t": 1040.0, "stop": "round budget used", "evaluations": 3})
+    text = "".join(json.dumps(r) + "\n" for r in recs)
+    if torn:
+        text += '{"seq": 16, "kind": "evalua'          # killed mid-write
+    (path / "journal.jsonl").write_text(text)
+    return path
+
+
+@pytest.fixture
+def toy_run(tmp_path):
+    return write_synthetic_run(tmp_path / "toy")
+
+
+# ---- the history reader -------------------------------------------------------------------------------------
+def test_history_reads_a_real_run(real_run):
+    h = load_history(real_run)
+    best_json = json.loads((real_run / "best" / "report.json").read_text())
+    assert len(h.evaluations) == 4 and h.rounds == 4 and h.ended
+    assert h.best.score == pytest.approx(best_json["score"]) and h.best.node_id == best_json["node_id"]
+    curve = [b for _, b in h.best_by_round()]
+    assert curve[-1] == pytest.approx(h.best.score)
+    assert all(x is None or y >= x for x, y in zip(curve, curve[1:]))
+    assert h.usage.requests > 0 and h.usage.by_model == {"offline": h.usage.requests}
+    assert h.eval_s > 0 and h.wall_s >= h.eval_s * 0.5
+    assert h.task == "gqa_paged_decode_h32_kv4_d128_ps1" and h.device == "cpu" and h.policy
+    assert h.world_model() is not None and not h.torn_tail
+
+
+def test_history_tolerates_a_torn_tail_unknown_kinds_and_new_fields(toy_run):
+    h = load_history(toy_run)
+    assert h.torn_tail and h.stop_reason == "round budget used"
+    assert h.unknown_kinds == ["mystery_kind"] and len(h.by_kind["remeasure"]) == 1
+    assert h.forked_from == {"from": "/runs/src", "node": "n3"} and h.config_changes()[0]["changed"] == ["x"]
+    assert h.best_report().solution_id == "sb" and h.best_report().speedups == {"w1": 1.8}
+    assert [e.solution_id for e in h.evaluations] == ["sa", "sc", "sb"]
+    assert h.usage.cost_usd == pytest.approx(0.5) and h.usage.total_tokens == 240 and h.usage.requests == 2
+    assert h.best_by_round() == [(1, 1.2), (2, 1.2), (3, 1.2), (4, 1.8)]
+    assert h.rounds == 4 and h.eval_s == pytest.approx(6.0) and h.wall_s == pytest.approx(40.0)
+    assert h.reached(1.5).round == 4 and h.reached(1.2).round == 1 and h.reached(2.0) is None
+    assert (h.model, h.policy, h.seed, h.task) == ("openai/x", "greedy", 3, "toy_task")
+
+
+def test_best_report_is_the_measurement_the_best_was_chosen_on(toy_run):
+    h = load_history(toy_run)
+    assert h.best_report().speedups == {"w1": 1.8}          # no re-measurement: the evaluation itself
+    h.by_kind["remeasure"] = [{"kind": "remeasure", "round": 4, "value": {"reports": [
+        {"solution_id": "sa", "status": "PASSED", "device": "cpu", "score": 1.1, "elapsed_s": 1.0},
+        {"solution_id": "sb", "status": "PASSED", "device": "cpu", "score": 1.8, "elapsed_s": 1.0,
+         "speedups": {"w1": 1.79}}]}}]
+    assert h.best_report().speedups == {"w1": 1.79} and h.eval_s == pytest.approx(7.0)   # one job
+
+
+def test_history_of_an_unfinished_run(tmp_path):
+    h = load_history(write_synthetic_run(tmp_path / "r", ended=False, torn=False))
+    assert not h.ended and h.stop_reason is None and not h.torn_tail
+
+
+def test_not_a_run_says_what_to_pass(tmp_path):
+    with pytest.raises(NotARunError, match="does not exist"):
+        load_history(tmp_path / "missing")
+    with pytest.raises(NotARunError, match="not a run directory"):
+        load_history(tmp_path)
+    write_synthetic_run(tmp_path / "inner")
+    with pytest.raises(NotARunError, match="inner"):
+        load_history(tmp_path)          # points at the run inside
+    (tmp_path / "sweep.json").write_text("{}")
+    with pytest.raises(NotARunError, match="is a sweep"):
+        load_history(tmp_path)
+
+
+def test_predicted_vs_measured_is_against_the_parent(toy_run):
+    points = {p.node_id: p for p in prediction_points(load_history(toy_run).world_model())}
+    assert set(points) == {"a", "b"}                  # c has no solution, d is open
+    assert points["a"].predicted == 1.5 and points["a"].measured == pytest.approx(1.2)   # parent = baseline
+    assert points["b"].predicted == 2.0 and points["b"].measured == pytest.approx(1.8 / 1.2)
+    assert points["b"].family == "choice a" and points["b"].depth == 2
+
+
+def test_predictions_look_through_split_nodes_and_prefer_the_frozen_one():
+    from types import SimpleNamespace
+
+    from ksearch.viz.speedups import families, predicted_speedup
+    from ksearch.world_model import WorldModel
+
+    tree = {"nodes": [_node("root", None), Node("s", "root", decision="split").to_json(),
+                      _node("a", "s", 1.5, 1.2, "sa"), _node("b", "a", 2.0, 1.8, "sb")]}
+    wm = WorldModel.from_json(tree)
+    points = {p.node_id: p for p in prediction_points(wm)}
+    assert points["a"].measured == pytest.approx(1.2) and points["a"].parent_score == 1.0
+    assert points["b"].family == "choice a" and [f.node_id for f in families(wm)] == ["a"]
+    node = SimpleNamespace(solution=SimpleNamespace(predicted_speedup=1.1), action=Action("t", expected_speedup=3.0))
+    assert predicted_speedup(node) == 1.1           # frozen at closing time; later edits do not count
+    node.solution.predicted_speedup = None
+    assert predicted_speedup(node) == 3.0
+
+
+# ---- show ----------------------------------------------------------------------------------------------------
+def test_show_draws_the_tree_and_a_summary(real_run, capsys):
+    assert main(["show", str(real_run)]) == 0
+    out = capsys.readouterr().out
+    assert "root" in out and "families" in out and "<-" in out
+    assert "4 evaluations in 4 rounds" in out and "stopped: round budget used" in out
+
+
+def test_show_node_has_plan_kernel_diff_and_measurements(toy_run, capsys):
+    assert main(["show", str(toy_run), "--node", "b"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("node b", "path", "root > a > b", "do b", "predicted 2x, measured 1.5x", "model's notes",
+                   "the model thinks b is good", "attached kernel sb", "return 2",
+                   "diff against the parent's kernel sa",
+                   "-    return 1", "+    return 2", "w1", "PASSED", "1.8x"):
+        assert needle in out, needle
+
+
+def test_show_node_of_a_failed_node_shows_errors(toy_run, capsys):
+    assert main(["show", str(toy_run), "--node", "c"]) == 0
+    out = capsys.readouterr().out
+    assert "RUNTIME_ERROR" in out and "boom" in out and "failed" in out and "retired" in out
+
+
+def test_show_node_on_a_real_run(real_run, capsys):
+    best = load_history(real_run).best
+    assert main(["show", str(real_run), "--node", best.node_id]) == 0
+    out = capsys.readouterr().out
+    assert f"node {best.node_id}" in out and "attached kernel" in out and "tiny_" in out
+    assert "def run(" in out and ("diff against" in out or "parent is the root" in out)
+
+
+def test_show_filters_by_status_and_depth(toy_run, capsys):
+    assert main(["show", str(toy_run), "--status", "failed"]) == 0
+    out = capsys.readouterr().out
+    assert "choice c" in out and "choice b" not in out and "choice a" not in out
+    assert main(["show", str(toy_run), "--status", "open,closed", "--depth", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "choice a" in out and "choice b" not in out and "choice c" not in out
+
+
+def test_show_live_returns_once_the_run_has_ended(toy_run, capsys):
+    assert main(["show", str(toy_run), "--live"]) == 0
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--node", "zzz"], "no node 'zzz'"),
+    (["--status", "sleeping"], "node statuses are"),
+])
+def test_show_errors_say_what_to_do(toy_run, capsys, args, needle):
+    assert main(["show", str(toy_run), *args]) == 2
+    assert needle in capsys.readouterr().out
+
+
+def test_show_of_a_non_run(tmp_path, capsys):
+    assert main(["show", str(tmp_path)]) == 2
+    assert "not a run directory" in capsys.readouterr().out
+
+
+# ---- report ----------------------------------------------------------------------------------------------------
+def _assert_png(path: Path):
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_of_a_real_run(real_run, capsys):
+    assert main(["report", str(real_run)]) == 0
+    out_dir = real_run / "report"
+    md = (out_dir / "report.md").read_text()
+    for section in ("# ksearch run report", "## Result", "## Best kernel per workload", "## Predicted vs measured",
+                    "## How the search went", "## Cost and time", "stopped: round budget used"):
+        assert section in md, section
+    for name in ("best_by_round.png", "predicted_vs_measured.png", "workload_speedups.png"):
+        _assert_png(out_dir / name)
+        assert f"]({name})" in md        # linked by relative name: the folder is self-contained
+    assert "report written to" in capsys.readouterr().out
+
+
+def test_report_of_a_hand_written_run(toy_run, tmp_path):
+    assert main(["report", str(toy_run), "--out", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| `b` | choice a | 2 | 2x | 1.5x | 0.75 |" in md
+    assert "$0.5000" in md and "240 (200 prompt, 40 completion)" in md
+    assert "`c` do c: last status RUNTIME_ERROR; retired" in md
+    assert "1 world-model edit scripts were rejected" in md and "bad \\| op" in md
+    assert "1 model replies held no usable code" in md
+    assert "does not interpret: mystery_kind" in md and "forked from `/runs/src` at node `n3`" in md
+    assert "1 passing kernels were not taken as the new best" in md and "1 near-ties were re-measured" in md and "Settings changed on resume (at record 3): x." in md
+    assert "40.0s" in md and "6.0s (15% of the wall clock)" in md
+
+
+# ---- compare -------------------------------------------------------------------------------------------------
+def test_compare_table_and_json(real_run, toy_run, capsys):
+    assert main(["compare", str(real_run), str(toy_run)]) == 0
+    out = capsys.readouterr().out
+    assert "real" in out and "toy" in out and "greedy" in out and "$0.5000" in out and "target score" in out
+    assert main(["compare", str(real_run), str(toy_run), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    real_best = load_history(real_run).best.score
+    assert data["target"] == pytest.approx(min(real_best, 1.8))
+    rows = {Path(r["run"]).name: r for r in data["runs"]}
+    assert rows["toy"]["cost_usd"] == pytest.approx(0.5) and rows["toy"]["seed"] == 3
+    assert rows["real"]["rounds_to_target"] is not None and rows["toy"]["time_to_target_s"] is not None
+
+
+def test_compare_with_a_target_no_run_reached(toy_run, capsys):
+    assert main(["compare", str(toy_run), "--target", "1.5", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["runs"][0]
+    assert row["rounds_to_target"] == 4 and row["time_to_target_s"] == pytest.approx(30.5)
+    assert main(["compare", str(toy_run), "--target", "99", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["runs"][0]
+    assert row["rounds_to_target"] is None and row["time_to_target_s"] is None
+
+
+def test_compare_expands_a_folder_of_runs(tmp_path, capsys):
+    write_synthetic_run(tmp_path / "a")
+    write_synthetic_run(tmp_path / "b", ended=False)
+    assert main(["compare", str(tmp_path), "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert [Path(r["run"]).name for r in runs] == ["a", "b"] and runs[1]["status"] == "not finished"
+    assert main(["compare", str(tmp_path / "nothing")]) == 2
