@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ksearch.app import compose_config, resolve_eval
     from ksearch.eval.evaluator import Evaluator
-    from ksearch.instantiate import Solution, extract_python
+    from ksearch.instantiate import Solution, solution_from_text
     from ksearch.llm.catalog import load_catalog
     from ksearch.task import load_task
 
@@ -199,9 +199,11 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.out).write_text(json.dumps({"task": task.name, "workload_set": set_name, "device": device,
                                                   "versions": _versions(), **result}, indent=1, default=str))
         return 0
-    kernels: list[tuple[str, str]] = [(Path(s).name, extract_python(Path(s).read_text())) for s in args.solution]
+    kernels: list[tuple[str, str]] = [(Path(s).name, solution_from_text(task.name, Path(s).read_text()).main_source)
+                                      for s in args.solution]
     for r in args.run:
-        kernels.append((f"best of {r}", extract_python((Path(r) / "best" / "solution.py").read_text())))
+        best = Solution.from_json(json.loads((Path(r) / "best" / "solution.json").read_text()))
+        kernels.append((f"best of {r}", best.main_source))
     if args.families or not kernels:
         cat = load_catalog(task.strategies_dir, task.name)
         kernels += [(f"family {f.name} (defaults)", cat.render(f.name, {})) for f in cat.families]

@@ -245,14 +245,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from ksearch.app import compose_config, resolve_eval
     from ksearch.eval.evaluator import Evaluator
-    from ksearch.instantiate import Solution, extract_python
+    from ksearch.instantiate import solution_from_text
     from ksearch.task import load_task
 
     cfg = compose_config(args.overrides)
     task = load_task(cfg.task.name)
     device, set_name, workloads, settings = resolve_eval(cfg, task)
-    code = extract_python(Path(args.solution).read_text())
-    sol = Solution.from_code(task.name, code, name=Path(args.solution).stem)
+    sol = solution_from_text(task.name, Path(args.solution).read_text(), name=Path(args.solution).stem)
     with Evaluator(task, settings) as ev:
         baseline = ev.measure_baselines(workloads)
         report = ev.evaluate(sol.main_source, sol.solution_id, workloads, baseline)

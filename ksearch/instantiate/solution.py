@@ -73,3 +73,13 @@ class Solution:
         d["sources"] = tuple(SourceFile(**s) for s in d["sources"])
         d["target_hardware"] = tuple(d.get("target_hardware", ("cuda",)))
         return Solution(**d)
+
+
+def solution_from_text(definition: str, text: str, entry: str = "run", **meta: Any) -> "Solution":
+    """A Solution from a model reply or a file: Python/Triton (main.py) or CUDA C++ (main.cu), by content."""
+    from ksearch.instantiate.extract import extract_code
+
+    code = extract_code(text, entry)
+    return Solution(definition=definition, sources=(SourceFile(code.file_name, code.code),),
+                    language="cuda" if code.language == "cuda" else "triton",
+                    entry_point=code.entry_point(), **meta)

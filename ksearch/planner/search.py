@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from ksearch.config import Config, to_plain
 from ksearch.eval.noise import compare_reports
 from ksearch.eval.report import BaselineTimes, EvalReport
-from ksearch.instantiate import CodeExtractionError, Solution, SourceFile, extract_code
+from ksearch.instantiate import CodeExtractionError, Solution, solution_from_text
 from ksearch.instantiate.language import CUDA, language_of
 from ksearch.llm.base import Model, ModelError, ModelRequest
 from ksearch.planner.selection import calibration, choose_next, explain
@@ -384,11 +384,7 @@ class Search:
         self._consider_best(report, sol.solution_id, ROOT_ID, 0)
 
     def _solution_from_reply(self, text: str, **meta: Any) -> Solution:
-        code = extract_code(text)
-        if code.language == CUDA:
-            return Solution(self.task.name, (SourceFile("main.cu", code.code),), language="cuda",
-                            entry_point="main.cu::run", **meta)
-        return Solution.from_code(self.task.name, code.code, **meta)
+        return solution_from_text(self.task.name, text, **meta)
 
     # ---- the loop -----------------------------------------------------------------------------------
     def run(self) -> SearchOutcome:
