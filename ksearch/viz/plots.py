@@ -105,9 +105,11 @@ def _plain_log_ticks(ax: Any) -> None:
     from matplotlib.ticker import FuncFormatter
 
     fmt = FuncFormatter(lambda v, _pos: f"{v:.2g}x")
+    # minor ticks: only 2x and 5x of each decade, or wide axes fill with overlapping labels
+    minor = FuncFormatter(lambda v, _pos: f"{v:.2g}x" if f"{v:.1e}"[0] in "25" else "")
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(fmt)
-        axis.set_minor_formatter(fmt)
+        axis.set_minor_formatter(minor)
         axis.set_tick_params(which="minor", labelsize=7)
 
 
