@@ -112,6 +112,7 @@ def execute(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = Non
     from ksearch.store import Journal, RunDir
     from ksearch.store.fork import ForkError, load_fork, seed_from_own_journal
     from ksearch.store.replay import RecordedEvaluator
+    from ksearch.store.rundir import atomic_write
     from ksearch.task import load_task
 
     c: Config = cfg  # type: ignore[assignment]
@@ -139,7 +140,6 @@ def execute(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = Non
                                   f"fork.from={run_path} fork.node=ID ...`")
         if fork_from:    # rebuilt from this run's own records (the source run may be gone by now)
             fork = seed_from_own_journal(run_path)
-        from ksearch.store.rundir import atomic_write
         atomic_write(run.config_path, OmegaConf.to_yaml(cfg))
     model = build_model(c.llm.kind, run_dir=run_path, max_new_nodes=c.search.max_new_nodes,
                         **_model_settings(cfg))

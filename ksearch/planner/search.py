@@ -238,8 +238,9 @@ class Search:
         errors: list[str] = []
         result = EditResult(ok=False, errors=["not asked"])
         for _ in range(1 + self.cfg.llm.edit_retries):
-            if self._budget_reason():
-                return EditResult(ok=False, errors=[self._budget_reason() or ""])
+            spent = self._budget_reason()
+            if spent:
+                return EditResult(ok=False, errors=[spent])
             req = ModelRequest("init" if purpose == "init" else "edit", purpose, prompt, context, list(errors))
             text = self._ask(req)
             result = self.wm.apply_text(text, round_index=self.round, max_new_nodes=max_new_nodes)
@@ -376,15 +377,12 @@ class Search:
     def _seed(self, path: Path) -> None:
         if not path.is_file():
             raise FileNotFoundError(f"search.seed_solution={path} does not exist")
-        sol = self._solution_from_reply(path.read_text(), name=f"seed:{path.name}", author="user", description="")
+        sol = solution_from_text(self.task.name, path.read_text(), name=f"seed:{path.name}", author="user", description="")
         report = self._evaluate(sol, ROOT_ID, 0, 0)
         self.codes[sol.solution_id] = sol.main_source
         self.wm.attach_solution(ROOT_ID, AttachedSolution(sol.solution_id, None, 0, report.status, report.score,
                                                           _mean_latency(report)))
         self._consider_best(report, sol.solution_id, ROOT_ID, 0)
-
-    def _solution_from_reply(self, text: str, **meta: Any) -> Solution:
-        return solution_from_text(self.task.name, text, **meta)
 
     # ---- the loop -----------------------------------------------------------------------------------
     def run(self) -> SearchOutcome:
@@ -399,7 +397,7 @@ class Search:
                                best=self.best.__dict__ if self.best else None, spend=self.spend.__dict__)
             self._snapshot()
             if not self.journal.replaying:
-                self.journal._go_live()
+                self.journal.go_live()
             if self.config_epoch == epoch_at_stop:
                 break
             self.progress.message("continuing under the new settings")
@@ -487,7 +485,7 @@ class Search:
             text = self._ask(req)
             sid: str | None = None
             try:
-                sol = self._solution_from_reply(text, author=self.model.name,
+                sol = solution_from_text(self.task.name, text, author=self.model.name,
                                                 name=f"{self.task.name}_r{r}_{node.node_id}",
                                                 description=node.action.title if node.action else "")
             except CodeExtractionError as e:
@@ -514,19 +512,16 @@ class Search:
                 streak += 1
             if streak >= self.cfg.search.stagnation_window:
                 break
-        self._close_cycle(node, parent, base_sid, base_score, cycle_best, cycle_best_sid, last, k)
+        self._close_cycle(node, base_sid, base_score, cycle_best, cycle_best_sid, last, k)
         return max(1, k)
 
-    def _close_cycle(self, node: Node, parent: Node, base_sid: str | None, base_score: float | None,
+    def _close_cycle(self, node: Node, base_sid: str | None, base_score: float | None,
                      cycle_best: tuple[str, EvalReport] | None, cycle_best_sid: str | None,
                      last: EvalReport | None, rounds: int) -> None:
         cfg = self.cfg.search
         context: dict[str, Any] = {"task": self.task.name, "node_id": node.node_id,
                                    "best_score": self.best.score if self.best else None,
                                    "parent_score": base_score}
-        title = node.action.title if node.action else ""
-        common = dict(world_model=render_compact(self.wm), frontier=render_frontier(self.wm), node_id=node.node_id,
-                      action_title=title, max_new_nodes=cfg.max_new_nodes)
         if cycle_best is not None and cycle_best_sid is not None:
             code, report = cycle_best
             # Closed even when slower than its parent: multi-step plans may get slower before faster.
@@ -536,10 +531,9 @@ class Search:
             self.journal.event("attach", check={"node_id": node.node_id, "solution_id": cycle_best_sid},
                                score=report.score, parent_score=base_score,
                                predicted=node.action.expected_speedup if node.action else None)
-            context.update(world_model=self.wm.to_json(), score=report.score, node_code=code)
+            context.update(score=report.score, node_code=code)
             cal = calibration(self.wm)
             predicted = node.action.expected_speedup if node.action else None
-            common.update(world_model=render_compact(self.wm), frontier=render_frontier(self.wm))
             purpose, template = "after_success", "refine.j2"
             kw = dict(evidence=_evidence(report), code=code, fence=_fence(code),
                       parent_score=_fmt(base_score if base_score is not None else 1.0),
@@ -550,11 +544,14 @@ class Search:
                                status=last.status if last else None)
             code = self.codes.get(last.solution_id, "") if last else ""
             evidence = last.summary() if last else "no attempt"
-            context.update(world_model=self.wm.to_json(), failure=evidence)
-            common.update(world_model=render_compact(self.wm), frontier=render_frontier(self.wm))
+            context.update(failure=evidence)
             purpose, template = "after_failure", "too_hard.j2"
             kw = dict(evidence=evidence, code=code, fence=_fence(code), attempts=rounds,
                       failed_cycles=node.failed_cycles, max_failed_cycles=cfg.max_failed_cycles)
+        # the tree as it stands after closing the node or counting its failure
+        context["world_model"] = self.wm.to_json()
+        common = dict(world_model=render_compact(self.wm), frontier=render_frontier(self.wm), node_id=node.node_id,
+                      action_title=node.action.title if node.action else "", max_new_nodes=cfg.max_new_nodes)
         if self._budget_reason():
             self._snapshot()
             return

@@ -92,15 +92,12 @@ class Journal:
             if self.on_info is not None:
                 self.on_info(rec)
 
-    def _go_live(self) -> None:
+    def go_live(self) -> None:
+        """Mark the live edge (once): `on_live` runs before anything new is written."""
         if not self._went_live:
             self._went_live = True
             if self.on_live is not None:
                 self.on_live()
-
-    def peek_kind(self) -> str | None:
-        """Kind of the next recorded record (config records consumed first); None at the live edge."""
-        return self.recorded[self.cursor].get("kind") if self.replaying else None
 
     def close(self) -> None:
         self._f.close()
@@ -119,7 +116,7 @@ class Journal:
             self._expect(rec, kind, check)
             self.cursor += 1
             return rec
-        self._go_live()
+        self.go_live()
         rec = {"seq": self.cursor, "kind": kind, "t": time.time(), **check, **payload}
         self.cursor += 1
         self._append(rec)
@@ -142,7 +139,7 @@ class Journal:
             self._expect(rec, kind, {"key": key})
             self.cursor += 1
             return rec["value"]
-        self._go_live()
+        self.go_live()
         value = compute()
         rec = {"seq": self.cursor, "kind": kind, "t": time.time(), "key": key, **meta, "value": value}
         self.cursor += 1

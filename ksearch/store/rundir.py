@@ -55,9 +55,6 @@ class RunDir:
             atomic_write(d / f"{sid}.json", json.dumps(solution.to_json(), indent=1))
         return code_path
 
-    def has_solution(self, solution_id: str) -> bool:
-        return (self.path / "solutions" / f"{solution_id}.json").is_file()
-
     def load_solution(self, solution_id: str) -> Solution:
         return Solution.from_json(json.loads((self.path / "solutions" / f"{solution_id}.json").read_text()))
 
