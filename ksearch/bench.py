@@ -54,12 +54,14 @@ def copy_bandwidth_tbs() -> float | None:
 
     if not torch.cuda.is_available():
         return None
-    from ksearch.eval.timing import time_cuda
+    import statistics
+
+    from ksearch.eval.gputime import graph_gpu_ms
 
     src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    ms = time_cuda(lambda: dst.copy_(src), warmup=3, iterations=20, cold_l2=False)
-    return 2 * src.numel() / (ms * 1e-3) / 1e12
+    per_call, _ = graph_gpu_ms(lambda _i: dst.copy_(src), 1, 5, 5)
+    return 2 * src.numel() / (statistics.median(per_call) * 1e-3) / 1e12 if per_call else None
 
 
 def summarize(name: str, report: EvalReport, baseline: BaselineTimes, traffic: dict[str, int | None],

@@ -1,21 +1,18 @@
-"""The parent side of evaluation: static checks, one spawned worker at a time, a timeout per job, and a
-fresh worker after anything goes wrong.
+"""The parent side of evaluation: static checks, one trusted worker, a timeout per job.
 
 `Evaluator(task, settings)`:
 
 - `evaluate(source, solution_id, workloads, baseline) -> EvalReport`: static checks (Python sources;
-  a refusal is COMPILE_ERROR naming the line), then one job in the worker: load, check on fresh inputs,
-  time (on a GPU interleaved with the baseline variants, whose latencies the score then uses), re-check.
+  a refusal is COMPILE_ERROR naming the line, an early and friendly answer), then one job in the worker.
 - `remeasure(entries, workloads, baseline) -> list[EvalReport]`: several (source, solution_id) in one
-  job, interleaved round by round so drift hits them equally (for near-ties). If that job as a whole
-  times out or dies, each entry is evaluated alone so the culprit gets the status.
+  job, interleaved trial by trial so drift hits them equally (for near-ties).
 - `measure_baselines(workloads, time_reference=False) -> BaselineTimes`.
 
-The worker is a persistent spawned process (ksearch.eval.sandbox) in its own process group. It is
-killed at the job's timeout (TIMEOUT), its death is reported with the signal (RUNTIME_ERROR), and it is
-replaced after any job in which a candidate failed or left state behind: an out-of-memory error, a CUDA
-error or a patched module can poison what comes next. The parent process never runs candidate code and
-never touches the GPU for a candidate; reports come back as plain data.
+The worker (ksearch.eval.worker) is trusted: it computes references, compares outputs, holds the clock and
+writes the reports. Candidate code never runs in it: for each candidate it forks a fresh sandboxed process
+(ksearch.eval.judge, ksearch.eval.forkserver), so one candidate cannot poison another, and nothing a
+candidate does in its own process can reach the verdict. The worker is replaced only if it dies or
+overruns a job's time; the parent process never runs candidate code.
 """
 
 from __future__ import annotations
@@ -44,8 +41,10 @@ class EvalSettings:
     trials: int = 3             # timing rounds per workload; their spread is the noise (CPU: check calls count)
     check_trials: int = 2       # correctness checks per workload, each on fresh random inputs
     static_checks: bool = True  # refuse forbidden Python source before it runs
-    memory_limit_gb: float | None = None   # CPU worker address-space cap; None: 3/4 of RAM; 0: no cap
-    stream_probe: bool = True   # GPU: look for kernels on other streams with CUPTI (a flag, never a failure)
+    memory_limit_gb: float | None = None   # CPU candidate address-space cap; None: 3/4 of RAM; 0: no cap
+    metric: str = "gpu_time"    # gpu_time | call_latency: the clock the score uses (CPU: call latency)
+    sandbox: bool = True        # audit hooks in each candidate's process
+    floor_check: bool = True    # a latency below the workload's physical floor is INCORRECT_TIMING
 
 
 def resolve_device(requested: str) -> str:
@@ -111,12 +110,6 @@ class Evaluator:
             self._worker = None
         return reply
 
-    def _replace_worker(self) -> None:
-        """Kill the worker now and start its successor, which warms up while the caller does other work."""
-        if self._worker is not None:
-            self._worker.kill()
-        self._worker = self._spawn()
-
     @property
     def worker_pid(self) -> int | None:
         return self._worker.pid if self._worker is not None else None
@@ -138,11 +131,6 @@ class Evaluator:
         self.close()
 
     # ---- jobs ------------------------------------------------------------------------------------------
-    def _baseline_variants(self, baseline: BaselineTimes | None) -> list[str]:
-        if baseline is None or not self.on_gpu or not str(baseline.device).startswith("cuda"):
-            return []
-        return list(baseline.variants)
-
     def _static_refusal(self, source: str, solution_id: str) -> EvalReport | None:
         if not self.settings.static_checks or _language(source) != "python":
             return None
@@ -164,21 +152,19 @@ class Evaluator:
         if todo:
             job = EvalJob(task=self.task.name, candidates=[entries[i] for i in todo], workloads=list(workloads),
                           device=s.device, run_seed=s.run_seed, warmup=s.warmup, iterations=s.iterations,
-                          trials=s.trials, check_trials=s.check_trials,
-                          baseline_variants=self._baseline_variants(baseline), nonce=nonce,
-                          tasks_root=str(self.task.dir.parent), stream_probe=s.stream_probe)
-            reply = self._request("judge", job, s.timeout_s * len(todo))
+                          trials=s.trials, check_trials=s.check_trials, nonce=nonce,
+                          tasks_root=str(self.task.dir.parent), metric=s.metric if self.on_gpu else "call_latency",
+                          timeout_s=s.timeout_s, sandbox=s.sandbox, floor_check=s.floor_check)
+            # The judge enforces each candidate's own limit; this one only catches a stuck judge.
+            reply = self._request("judge", job, s.timeout_s * len(todo) + 120.0)
             kind = reply.kind
-            dirty = True
             if reply.kind == "ok":
-                got, dirty = reply.value
+                got = reply.value
             else:
                 got = [self._failed(entries[i][1], reply) for i in todo]
             for i, r in zip(todo, got):
                 self._attach_output(r, reply)
                 reports[i] = r
-            if reply.kind == "ok" and dirty:      # any failure after candidate code ran, or state left behind
-                self._replace_worker()
         elapsed = time.perf_counter() - t0
         out: list[EvalReport] = []
         for r in reports:
@@ -236,7 +222,8 @@ class Evaluator:
         s = self.settings
         job = BaselineJob(task=self.task.name, workloads=list(workloads), device=s.device, run_seed=s.run_seed,
                           warmup=s.warmup, iterations=s.iterations, trials=s.trials,
-                          tasks_root=str(self.task.dir.parent), time_reference=time_reference)
+                          tasks_root=str(self.task.dir.parent), time_reference=time_reference,
+                          metric=s.metric if self.on_gpu else "call_latency")
         # FlashInfer JIT-compiles each module on first use (~30 s); allow for it.
         reply = self._request("baseline", job, max(s.timeout_s, 600.0))
         if reply.kind != "ok":

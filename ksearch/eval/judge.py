@@ -1,65 +1,59 @@
-"""Judging candidates inside the worker: load, check on fresh inputs, time interleaved, re-check.
+"""The judge: decides verdicts and numbers in a process where candidate code never runs.
 
-Per workload, for every candidate still passing (several only for `Evaluator.remeasure`):
+It lives in the trusted evaluation worker (ksearch.eval.worker). For every candidate it forks a fresh
+process from the fork server (ksearch.eval.forkserver: own PID and network namespaces where the OS allows,
+audit hooks, nothing outlives it) that runs ksearch.eval.candidate, and talks to it by requests. The judge:
 
-1. Check calls (`check_trials`, round-robin over candidates). Each uses a fresh input set (a new seed
-   drawn per job, per workload, per trial) copied into the same input buffers, so a result cached by
-   address or remembered from an earlier call is wrong. Freed memory is scrubbed to NaN first, so
-   unwritten output elements fail. The outputs are snapshotted as soon as the call returns (on the GPU:
-   on the current stream, right after the end event), the inputs are compared with their pristine copy,
-   and only then is the reference computed, so no correct answer exists in memory during the call.
-   Outputs that change after the snapshot (a side stream, a background thread) or an earlier call's
-   outputs that change during a later one (deferred work, a reused output buffer) fail as
-   INCORRECT_LATE_WRITE; a wrong answer is diagnosed (remembered result? still being written? written
-   by the next call?) so the message says why.
-2. Timing (`ksearch.eval.timing.run_trials`): the candidates and, on a GPU, the baseline variants, in
-   interleaved rounds. Between timed iterations (outside the events) the two input sets alternate in
-   place in the candidate's buffers; one even and one odd iteration per round are kept and checked
-   against their reference after the round, as is the snapshot-vs-final equality and the inputs.
-3. Latency per workload = median of the round medians; spread = their robust relative spread (noise.py).
-   On a CPU, where one interpreter call is slow, each check call also counts as a round, so the default
-   (2 checks, 3 trials) costs three calls per workload.
+1. draws the input seeds (a new nonce per job) and builds the same inputs itself, so the reference is
+   computed here, from inputs the candidate never touched, after the candidate's call;
+2. holds the tolerance and compares every output it receives (JSON + raw bytes, never a pickle);
+3. holds the clock: a latency is the judge's own wall-clock measurement of a request (a CUDA-graph replay,
+   an eager loop, a CPU call), never a number the candidate reports. The candidate's own event times are
+   kept only as a cross-check;
+4. trusts the clock only within physics: a latency below the task's physical floor (fewest bytes over the
+   peak bandwidth, FLOPs over the peak rate; ksearch.eval.roofline) is INCORRECT_TIMING;
+5. times on input sets that differ from the check inputs: a pool of fresh sets the calls rotate over,
+   whose outputs are checked too.
 
-Every piece of candidate code runs inside an integrity window (ksearch.eval.integrity). Inputs and
-references live in ksearch.eval.cases; the baselines' own measurement in ksearch.eval.baselines.
+Per workload: `check_trials` fresh-input checks; then timing. On a GPU: GPU time = (wall(replay of a graph
+of n x [L2 flush, call]) - wall(replay of n flushes)) / n, per trial (ksearch.eval.gputime); call latency =
+wall(n eager calls + one sync) / n. When the call cannot be captured in a graph, GPU time falls back to
+CUPTI kernel spans measured in the candidate's process, accepted only when the judge's clock agrees that
+the loop took at least that long. On a CPU every timed call is a checked call on fresh inputs, clocked by
+the judge around the request.
 """
 
 from __future__ import annotations
 
-import random
+import math
 import secrets
 import statistics
-import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any
 
 import torch
 
-from ksearch.eval import integrity
-from ksearch.eval.cases import (Case, baseline_case, get_task, plain, reference_of, same_bytes, select_device,
-                                snapshot, storage_of, sync)
-from ksearch.eval.memory import scrub
+from ksearch.eval import wire
 from ksearch.eval.noise import noise_floor, relative_spread
-from ksearch.eval.report import (COMPILE_ERROR, INCORRECT_INPUT_MODIFIED, INCORRECT_LATE_WRITE,
-                                 INCORRECT_NUMERICAL, INCORRECT_TAMPERING, PASSED, RUNTIME_ERROR, EvalReport,
-                                 WorkloadResult)
+from ksearch.eval.report import (COMPILE_ERROR, INCORRECT_LATE_WRITE, INCORRECT_NUMERICAL, INCORRECT_TAMPERING,
+                                 INCORRECT_TIMING, PASSED, RUNTIME_ERROR, TIMEOUT, EvalReport, WorkloadResult)
 from ksearch.eval.rules import check_outputs, normalize_outputs
-from ksearch.eval.timing import Subject, TrialResults, kernel_streams, run_trials
-from ksearch.task import Workload
+from ksearch.task import Task, Workload, load_task
 
-_perf = time.perf_counter
-_Event = torch.cuda.Event
-_record = torch.cuda.Event.record
-_elapsed = torch.cuda.Event.elapsed_time
-_synchronize = torch.cuda.synchronize
-_median = statistics.median
+GRAPH_TARGET_MS = 25.0          # GPU time of calls per graph replay: long next to the judge's clock jitter
+EAGER_TARGET_MS = 25.0
+TIMING_SETS = 3                 # input sets the timed calls rotate over (fewer when memory is short)
+TIMING_SET_BYTES = 6 << 30      # memory the timing sets of one workload may take
+CROSS_CHECK_TOLERANCE = 0.25    # candidate's own event time vs the judge's clock
+STEADY_MIN = 0.02               # halves of a measurement always "agree" within this
 
 
 @dataclass
 class EvalJob:
-    """Judge one or more candidates (source, solution_id) on `workloads`, interleaved."""
+    """Judge one or more candidates (source, solution_id) on `workloads`."""
 
     task: str
     candidates: list[tuple[str, str]]
@@ -67,51 +61,47 @@ class EvalJob:
     device: str
     run_seed: int = 0
     warmup: int = 10
-    iterations: int = 50
+    iterations: int = 50            # GPU: at least this many calls per timing trial
     trials: int = 3
     check_trials: int = 2
-    baseline_variants: list[str] = field(default_factory=list)   # GPU: timed interleaved with the candidates
-    nonce: int | None = None               # seeds the fresh inputs; None draws one at random
+    nonce: int | None = None        # seeds the fresh inputs; None draws one at random
     tasks_root: str | None = None
     entry: str = "run"
-    stream_probe: bool = True              # GPU: look for kernels on other streams (CUPTI), a flag only
+    metric: str = "gpu_time"        # gpu_time | call_latency: which one becomes latency_ms (the score's)
+    timeout_s: float = 300.0        # per candidate
+    sandbox: bool = True            # audit hooks in the candidate's process
+    floor_check: bool = True
 
 
-# ---- candidates ---------------------------------------------------------------------------------------
-@dataclass
-class _Call:
-    outs: list[Any]
-    snap: list[Any]
-    ms: float
-    wall_ms: float
-    reused: bool
+class CandidateGone(Exception):
+    """The candidate's process died, timed out or broke the protocol; `status` says which."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
 
 
 @dataclass
 class _Cand:
     sid: str
+    source: str
     report: EvalReport
-    fn: Callable[..., Any] | None = None
-    module: str | None = None
-    prev: _Call | None = None                # the last checked call, kept alive to watch for late writes
-    check_ms: list[float] = field(default_factory=list)
-    gaps_ms: list[float] = field(default_factory=list)   # GPU: synchronised wall time minus event time
-    ran_code: bool = True                    # False when the source never executed (a syntax error)
+    child: Any = None
+    deadline: float = 0.0
+    prev_outputs: list[Any] | None = None
+    ran_code: bool = True
+    samples: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return self.report.status == PASSED
-
-    def flag(self, message: str) -> None:
-        if message not in self.report.flags:
-            self.report.flags.append(message)
 
     def fail(self, status: str, message: str, workload: str | None = None, log: str = "") -> None:
         if not self.ok:
             return
         self.report.fail(status, message, workload)
         if log:
-            self.report.log = (self.report.log + "\n" + log)[-20000:] if self.report.log else log[-20000:]
+            self.report.log = ((self.report.log + "\n") if self.report.log else "") + log[-20000:]
 
     def row(self, w: str) -> WorkloadResult:
         for r in self.report.workloads:
@@ -123,357 +113,381 @@ class _Cand:
 
 
 class Judge:
-    def __init__(self, job: EvalJob):
+    def __init__(self, job: EvalJob, spawner: Any):
         self.job = job
-        self.guard = integrity.install()
-        self.task = get_task(job.task, job.tasks_root)
-        self.guard.protect_dir(self.task.dir)
+        self.spawner = spawner
+        self.task: Task = load_task(job.task, Path(job.tasks_root) if job.tasks_root else None)
         self.device = job.device
         self.on_gpu = job.device.startswith("cuda")
-        select_device(job.device)
+        if self.on_gpu and ":" in job.device:
+            torch.cuda.set_device(torch.device(job.device))
         self.nonce = job.nonce if job.nonce is not None else secrets.randbits(48)
-        self.rng = random.Random(self.nonce)
         self.names = self.task.definition.output_names
         self.corr = self.task.correctness
-        self.dirty = False
-        self.cands = [_Cand(sid, EvalReport(sid, PASSED, job.device, trials=job.trials,
-                                            check_trials=job.check_trials)) for _, sid in job.candidates]
-        self.baseline_flags: list[str] = []
-        self.baseline_ms: dict[str, dict[str, float]] = {}
-        self.baseline_spread: dict[str, dict[str, float]] = {}
+        self.cands = [_Cand(sid, src, EvalReport(sid, PASSED, job.device, trials=job.trials,
+                                                 check_trials=job.check_trials)) for src, sid in job.candidates]
+        self._refs: dict[int, list[Any]] = {}
 
-    # ---- windows --------------------------------------------------------------------------------------
-    def _close_window(self, c: _Cand, workload: str | None) -> bool:
-        """Leave the integrity window; record flags; fail on tampering. True when still passing."""
-        f = self.guard.leave()
-        self.dirty = self.dirty or f.dirty
-        for m in f.flags:
-            c.flag(m)
-        if f.failures:
-            c.fail(INCORRECT_TAMPERING, "; ".join(f.failures), workload)
-            return False
-        return True
+    # ---- talking to a candidate -------------------------------------------------------------------------
+    def _remaining(self, c: _Cand) -> float:
+        return max(0.0, c.deadline - time.monotonic())
 
-    # ---- loading ----------------------------------------------------------------------------------------
-    def load(self, c: _Cand, source: str) -> None:
-        from ksearch.instantiate.loader import load_entry_point
-
-        hint = f"{self.nonce:x}_{self.cands.index(c)}"
-        self.guard.enter()
-        err: BaseException | None = None
-        tb = ""
+    def request(self, c: _Cand, req: dict[str, Any]) -> tuple[dict[str, Any], list[Any], float]:
+        """Send a request, wait for the reply; returns (header, values, the judge's wall ms for it)."""
+        t0 = time.perf_counter()
         try:
-            c.fn = load_entry_point(source, self.job.entry, name_hint=hint)
-            c.module = getattr(c.fn, "__module__", None)
-        except BaseException as e:       # noqa: BLE001 - a module body may raise anything, SystemExit too
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            self.guard.pause()           # formatting the traceback reads source files: not the candidate's doing
-            err, tb = e, traceback.format_exc()
-        if not self._close_window(c, None):
-            return
-        if err is not None:
-            c.fail(COMPILE_ERROR, f"{type(err).__name__}: {err}"[:1500], None, log=tb)
-            c.ran_code = not isinstance(err.__cause__ or err, SyntaxError)
+            c.child.conn.send(req)
+            header, values = wire.receive(c.child.conn, self._remaining(c))
+        except TimeoutError:
+            raise CandidateGone(TIMEOUT, f"no answer within eval.timeout_s={self.job.timeout_s:g}s; the "
+                                         f"candidate's process and everything it started were killed") from None
+        except (EOFError, OSError, BrokenPipeError):
+            raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
+        except wire.WireError as e:
+            raise CandidateGone(INCORRECT_TAMPERING, f"the candidate's process sent a malformed reply: {e}") from None
+        return header, values, (time.perf_counter() - t0) * 1e3
 
-    # ---- check calls --------------------------------------------------------------------------------------
-    def checked_call(self, c: _Cand, case: Case, k: int) -> _Call | None:
-        w = case.w.name
-        case.load(k)
-        sync(self.device)
-        scrub(self.device, case.output_bytes)
-        start = end = None
+    def expect_ok(self, c: _Cand, header: dict[str, Any], workload: str | None) -> bool:
+        if header.get("ok") is True and not header.get("status"):
+            return True
+        status = str(header.get("status") or RUNTIME_ERROR)
+        if status not in _CANDIDATE_STATUSES:
+            status = RUNTIME_ERROR
+        c.fail(status, str(header.get("message", ""))[:1500], workload, log=str(header.get("log", ""))[:6000])
+        return False
+
+    # ---- reference side -------------------------------------------------------------------------------------
+    def inputs(self, w: Workload, seed: int) -> dict[str, Any]:
+        return self.task.make_inputs(w, device=self.device, seed=seed)
+
+    def reference(self, w: Workload, seed: int) -> list[Any]:
+        with torch.no_grad():
+            out = normalize_outputs(self.task.reference(**self.inputs(w, seed)), self.names)
         if self.on_gpu:
-            start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-            _synchronize()
-        err: BaseException | None = None
-        tb = ""
-        outs: list[Any] = []
-        snap: list[Any] = []
-        self.guard.enter()
-        t0 = t_ret = t1 = _perf()
-        try:
-            if start is not None:
-                _record(start)
-            with torch.no_grad():
-                raw = c.fn(*case.arg_list)
-            if end is not None:
-                _record(end)
-            t_ret = _perf()
-            outs = plain(normalize_outputs(raw, self.names), self.names)
-            snap = snapshot(outs)
-            del raw
-            sync(self.device)
-            t1 = _perf()
-        except BaseException as e:      # noqa: BLE001
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            self.guard.pause()
-            err, tb = e, traceback.format_exc()
-        if not self._close_window(c, w):
-            return None
-        if err is not None:
-            hint = " (out of memory)" if isinstance(err, (torch.OutOfMemoryError, MemoryError)) else ""
-            c.fail(RUNTIME_ERROR, f"{type(err).__name__}{hint}: {err}"[:1500], w, log=tb)
-            return None
-        ms = _elapsed(start, end) if self.on_gpu else (t_ret - t0) * 1e3
-        prev = c.prev
-        reused = prev is not None and bool({storage_of(o) for o in outs} - {None} & {storage_of(o) for o in prev.outs})
-        bad = case.modified_input(k)
-        if bad is not None:
-            c.fail(INCORRECT_INPUT_MODIFIED, f"input {bad} changed during the call (inputs are read-only; "
-                                             f"the call must leave them as it found them)", w)
-            return None
-        if prev is not None and not reused and not all(same_bytes(o, s) for o, s in zip(prev.outs, prev.snap)):
-            c.fail(INCORRECT_LATE_WRITE, "the outputs of the previous call changed during this call: work "
-                                         "deferred to a later call is not timed with the call that needs it", w)
-            return None
-        return _Call(outs, snap, ms, (t1 - t0) * 1e3, reused)
+            torch.cuda.synchronize()
+        return out
 
-    def verify_call(self, c: _Cand, case: Case, k: int, call: _Call) -> None:
-        w = case.w.name
-        sync(self.device)
-        if not all(same_bytes(o, s) for o, s in zip(call.outs, call.snap)):
-            c.fail(INCORRECT_LATE_WRITE, "outputs changed after the call returned: work ran on a stream the "
-                                         "timer does not see, or in a background thread", w)
-            return
-        ref = case.reference(k)
-        chk = check_outputs(call.snap, ref, self.names, atol=self.corr.atol, rtol=self.corr.rtol,
+    def verify(self, c: _Cand, w: Workload, got: list[Any], ref: list[Any], what: str) -> bool:
+        got = [g.to(r.device) if isinstance(g, torch.Tensor) and isinstance(r, torch.Tensor) else g
+               for g, r in zip(got, ref)]
+        bad = next((g for g in got if isinstance(g, wire.Unsupported)), None)
+        if bad is not None:
+            c.fail("INCORRECT_SHAPE", f"{what}: an output is {bad!r}, not a plain tensor", w.name)
+            return False
+        chk = check_outputs(got, ref, self.names, atol=self.corr.atol, rtol=self.corr.rtol,
                             required_matched_ratio=self.corr.required_matched_ratio)
-        row = c.row(w)
+        row = c.row(w.name)
         row.max_abs_error = max(row.max_abs_error or 0.0, chk.max_abs_error)
         row.max_rel_error = max(row.max_rel_error or 0.0, chk.max_rel_error)
         row.matched_ratio = min(row.matched_ratio if row.matched_ratio is not None else 1.0, chk.matched_ratio)
-        if call.reused:
-            if not chk.passed:
-                c.fail(INCORRECT_NUMERICAL, f"{chk.message}; it returned the very tensors it returned from the "
-                                            f"previous call (a result remembered from an earlier call)", w)
-            else:
-                c.fail(INCORRECT_LATE_WRITE, "returned the output storage of the previous call: an earlier "
-                                             "result is overwritten by a later call (allocate outputs per call)", w)
-            return
-        if not chk.passed:
-            status, why = self.diagnose(c, case, k, call)
-            c.fail(status or chk.status, chk.message + (f"; {why}" if why else ""), w)
-            return
-        c.prev = call
-        c.check_ms.append(call.ms)
-        if self.on_gpu:
-            c.gaps_ms.append(call.wall_ms - call.ms)
+        if chk.passed:
+            return True
+        why = ""
+        if c.prev_outputs is not None and len(c.prev_outputs) == len(got) and all(
+                isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and
+                a.dtype == b.dtype and torch.equal(a.reshape(-1).view(torch.uint8).cpu(),
+                                                   b.reshape(-1).view(torch.uint8).cpu())
+                for a, b in zip(got, c.prev_outputs)):
+            why = "; it is identical to its output for the previous, different inputs: a result remembered " \
+                  "from an earlier call"
+        c.fail(chk.status, f"{what}: {chk.message}{why}", w.name)
+        return False
 
-    def diagnose(self, c: _Cand, case: Case, k: int, call: _Call) -> tuple[str | None, str]:
-        """Why a check failed, when the failure looks deliberate (the status stays unless it is a late write)."""
-        if c.prev is not None and all(same_bytes(s, p) for s, p in zip(call.snap, c.prev.snap)):
-            return None, "it is identical to its output for the previous, different inputs: a result " \
-                         "remembered from an earlier call"
-        time.sleep(0.2)
-        sync(self.device)
-        if not all(same_bytes(o, s) for o, s in zip(call.outs, call.snap)):
-            return INCORRECT_LATE_WRITE, "the outputs were still being written after the call returned " \
-                                         "(a side stream or a background thread the timer does not see)"
+    # ---- steps ----------------------------------------------------------------------------------------------
+    def start(self, c: _Cand, index: int) -> None:
+        c.deadline = time.monotonic() + self.job.timeout_s
+        payload = {"task": self.job.task, "tasks_root": self.job.tasks_root, "device": self.device,
+                   "source": c.source, "entry": self.job.entry, "name_hint": f"{self.nonce:x}_{index}",
+                   "sandbox": self.job.sandbox}
+        c.child = self.spawner.spawn("ksearch.eval.candidate:main", payload)
         try:
-            case.load(1000 + k)
-            self.guard.enter()
-            try:
-                with torch.no_grad():
-                    extra = c.fn(*case.arg_list)
-                sync(self.device)
-                del extra
-            finally:
-                self.guard.leave()
-        except Exception:
-            return None, ""
-        if not all(same_bytes(o, s) for o, s in zip(call.outs, call.snap)):
-            return INCORRECT_LATE_WRITE, "the outputs were written during the next call: work deferred to a " \
-                                         "later call is not timed with the call that needs it"
-        return None, ""
-
-    # ---- timing ---------------------------------------------------------------------------------------------
-    def candidate_subject(self, c: _Cand, case: Case, kept: list[tuple[int, int, list[Any], list[Any]]]) -> Subject:
-        it = self.job.iterations
-        state = {"pos": 0, "picks": set(), "last": 0}
-
-        def pick() -> set[int]:
-            if it <= 4:
-                return set(range(it))
-            half = it // 2
-            even = [i for i in range(half) if i % 2 == 0] or [0]
-            odd = [i for i in range(half, it) if i % 2 == 1] or [it - 1]
-            return {self.rng.choice(even), self.rng.choice(odd)}
-
-        def begin() -> None:
-            state["pos"], state["picks"] = 0, pick()
-            self.guard.enter()
-
-        def before(i: int) -> None:
-            case.load(i % 2)
-            state["last"] = i % 2
-            if not self.on_gpu:
-                scrub(self.device, case.output_bytes)
-
-        def call() -> Any:
-            return c.fn(*case.arg_list)
-
-        def after(i: int, result: Any) -> None:
-            if state["pos"] in state["picks"]:
-                outs = plain(normalize_outputs(result, self.names), self.names)
-                kept.append((i, i % 2, outs, snapshot(outs)))
-            state["pos"] += 1
-
-        def done(t: int) -> None:
-            if not self._close_window(c, case.w.name):
-                raise RuntimeError("tampering detected")
-            bad = case.modified_input(state["last"])
-            if bad is not None:
-                c.fail(INCORRECT_INPUT_MODIFIED, f"input {bad} changed during a timed call (inputs are read-only)",
-                       case.w.name)
-                raise RuntimeError("input modified")
-
-        return Subject(c.sid, call, before, after, done, begin)
-
-    def timing(self, case: Case, alive: list[_Cand], baselines: list[Subject]) -> TrialResults:
-        trials = self.job.trials if self.on_gpu else max(0, self.job.trials - self.job.check_trials)
-        kept: dict[str, list[tuple[int, int, list[Any], list[Any]]]] = {c.sid: [] for c in alive}
-        if (trials == 0 and not baselines) or (not alive and not baselines):
-            return TrialResults()
-        case.inputs(0), case.inputs(1)
-        subjects = [self.candidate_subject(c, case, kept[c.sid]) for c in alive] + baselines
-        with torch.no_grad():
-            res = run_trials(subjects, device=self.device, warmup=self.job.warmup, iterations=self.job.iterations,
-                             trials=trials)
-        sync(self.device)
-        w = case.w.name
-        for c in alive:
-            if c.sid in res.errors:
-                c.fail(RUNTIME_ERROR, "while timing: " + res.errors[c.sid].split("\n", 1)[0][:1000], w,
-                       log=res.errors[c.sid])
-                continue
-            for i, k, outs, snap in kept[c.sid]:
-                if not all(same_bytes(o, s) for o, s in zip(outs, snap)):
-                    c.fail(INCORRECT_LATE_WRITE, f"timed call {i}: outputs changed after the timed region ended "
-                                                 f"(work on a stream the CUDA events do not see, or a background "
-                                                 f"thread)", w)
-                    break
-                chk = check_outputs(snap, case.reference(k), self.names, atol=self.corr.atol, rtol=self.corr.rtol,
-                                    required_matched_ratio=self.corr.required_matched_ratio)
-                if not chk.passed:
-                    c.fail(chk.status, f"timed call {i} (input set {'AB'[k]}, copied into the same buffers): "
-                                       f"{chk.message}; the result depends on an earlier call (cached by address, "
-                                       f"or work deferred to a later call)", w)
-                    break
-        return res
-
-    def gpu_extras(self, c: _Cand, case: Case) -> None:
-        """Flags only: a device still busy after the end event, or kernels on other streams (CUPTI)."""
-        later = c.gaps_ms[1:] or c.gaps_ms
-        if later and all(g > 0.1 and g > 2 * ms for g, ms in zip(later, c.check_ms[-len(later):])):
-            c.flag(f"the device stayed busy {max(later):.3f} ms after the end event of a {c.check_ms[-1]:.3f} ms "
-                   f"call: work may run on a stream the events do not bracket")
-        if not self.job.stream_probe:
+            header, _, _ = self._first_reply(c)
+        except CandidateGone as e:
+            c.fail(e.status if e.status != RUNTIME_ERROR else COMPILE_ERROR,
+                   f"{e.message} while loading the source", None)
             return
-        case.load(0)
-        self.guard.enter()
-        info = kernel_streams(lambda: c.fn(*case.arg_list))
-        if not self._close_window(c, case.w.name):
-            return
-        if info and info["other_streams"]:
-            us = sum(info["other_streams"].values())
-            c.flag(f"ran {us:.0f} µs of kernels on {len(info['other_streams'])} stream(s) other than the current "
-                   f"one; the CUDA events see that work only if it is joined back before returning")
+        if not header.get("ok"):
+            c.ran_code = bool(header.get("ran_code", True))
+            status = str(header.get("status") or COMPILE_ERROR)
+            c.fail(status if status in _CANDIDATE_STATUSES else COMPILE_ERROR, str(header.get("message", "")),
+                   None, log=str(header.get("log", "")))
 
-    # ---- baselines (GPU, interleaved) -------------------------------------------------------------------------
-    def baseline_subjects(self, w: Workload) -> list[Subject]:
-        if not self.on_gpu or not self.job.baseline_variants:
-            return []
-        factories = dict(self.task.baselines())
-        out = []
-        for v in self.job.baseline_variants:
+    def _first_reply(self, c: _Cand) -> tuple[dict[str, Any], list[Any], float]:
+        t0 = time.perf_counter()
+        try:
+            header, values = wire.receive(c.child.conn, self._remaining(c))
+        except TimeoutError:
+            raise CandidateGone(TIMEOUT, f"no answer within eval.timeout_s={self.job.timeout_s:g}s") from None
+        except (EOFError, OSError):
+            raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
+        except wire.WireError as e:
+            raise CandidateGone(INCORRECT_TAMPERING, f"malformed reply: {e}") from None
+        return header, values, (time.perf_counter() - t0) * 1e3
+
+    def check(self, c: _Cand, w: Workload, trial: int) -> float | None:
+        """One checked call on fresh inputs; returns the judge's wall ms of the call request."""
+        seed = w.input_seed(self.nonce, trial)
+        header, _, _ = self.request(c, {"op": "prepare", "workload": w, "seed": seed})
+        if not self.expect_ok(c, header, w.name):
+            return None
+        header, outs, ms = self.request(c, {"op": "call"})
+        if header.get("ok") is True and header.get("status") == INCORRECT_LATE_WRITE:
+            c.fail(INCORRECT_LATE_WRITE, str(header.get("message", "")), w.name)
+            return None
+        if not self.expect_ok(c, header, w.name):
+            return None
+        if len(outs) != len(self.names):
+            c.fail("INCORRECT_SHAPE", f"returned {len(outs)} outputs, expected {len(self.names)}", w.name)
+            return None
+        if not self.verify(c, w, outs, self.reference(w, seed), f"check {trial + 1}"):
+            return None
+        c.prev_outputs = outs
+        return ms
+
+    def timing_sets(self, w: Workload) -> int:
+        """How many input sets the timed calls rotate over: up to TIMING_SETS within a memory budget."""
+        axes = {**self.task.definition.const_axes(), **w.axes}
+        total = 0
+        for spec in self.task.definition.inputs:
             try:
-                inputs, ref = baseline_case(self.task, w, self.job.run_seed, self.device)
-                if v == "reference":
-                    fn = reference_of(self.task)
-                    call: Callable[[], Any] = lambda fn=fn, inputs=inputs: fn(**inputs)
-                elif v in factories:
-                    call = factories[v](inputs)
-                else:
-                    raise KeyError(f"the task has no baseline {v!r}")
-                got = normalize_outputs(call(), self.names)
-                sync(self.device)
-                chk = check_outputs(got, ref, self.names, atol=self.corr.atol, rtol=self.corr.rtol,
-                                    required_matched_ratio=self.corr.required_matched_ratio)
-                if not chk.passed:
-                    raise RuntimeError(f"disagrees with the reference: {chk.message}")
-                out.append(Subject(f"baseline:{v}", call))
-            except Exception as e:
-                self.baseline_flags.append(f"baseline {v} left out on {w.name}: {type(e).__name__}: {e}"[:300])
-        return out
+                n = math.prod(spec.concrete_shape(axes)) if not spec.is_scalar else 1
+                total += n * torch.empty((), dtype=spec.torch_dtype).element_size()
+            except (KeyError, ValueError, AttributeError):
+                pass
+        return max(2, min(TIMING_SETS, TIMING_SET_BYTES // max(total, 1)))
 
-    # ---- the job ----------------------------------------------------------------------------------------------
-    def run(self) -> list[EvalReport]:
-        t_start = _perf()
-        for c, (source, _) in zip(self.cands, self.job.candidates):
-            self.load(c, source)
+    def output_bytes(self, w: Workload) -> int:
+        axes = {**self.task.definition.const_axes(), **w.axes}
+        total = 0
+        for spec in self.task.definition.outputs:
+            try:
+                n = math.prod(spec.concrete_shape(axes)) if not spec.is_scalar else 1
+                total += n * torch.empty((), dtype=spec.torch_dtype).element_size()
+            except (KeyError, ValueError, AttributeError):
+                pass
+        return total
+
+    def time_gpu(self, c: _Cand, w: Workload) -> None:
+        """GPU time (graph replay, judge's clock) and call latency (eager loop, judge's clock); outputs checked."""
+        from ksearch.eval.gputime import iterations_for
+
+        job = self.job
+        n_sets = self.timing_sets(w)
+        seeds = [w.input_seed(self.nonce, 100 + j) for j in range(n_sets)]
+        header, _, _ = self.request(c, {"op": "pool", "workload": w, "seeds": seeds, "warmup": max(job.warmup, n_sets)})
+        if not self.expect_ok(c, header, w.name):
+            return
+        est = float(header.get("est_ms") or 0.01)
+        n = max(job.iterations, iterations_for(GRAPH_TARGET_MS, est, out_bytes=self.output_bytes(w)))
+        n = n - n % n_sets + n_sets if n % n_sets else n
+        row = c.row(w.name)
+        header, _, _ = self.request(c, {"op": "capture", "n": n})
+        gpu: list[float] = []
+        claimed: list[float] = []
+        if header.get("ok") is True:
+            method = "cuda_graph"
+            self.request(c, {"op": "replay", "which": "call"})        # first replays pay one-time costs
+            self.request(c, {"op": "replay", "which": "flush"})
+
+            def rounds(count: int) -> bool:
+                for t in range(count):
+                    walls: dict[str, float] = {}
+                    events: dict[str, float] = {}
+                    for which in (("call", "flush") if t % 2 == 0 else ("flush", "call")):
+                        h, _, ms = self.request(c, {"op": "replay", "which": which})
+                        if not self.expect_ok(c, h, w.name):
+                            return False
+                        walls[which] = ms
+                        events[which] = float(h.get("event_ms") or 0.0)
+                    gpu.append(max(walls["call"] - walls["flush"], 0.0) / n)
+                    claimed.append(max(events["call"] - events["flush"], 0.0) / n)
+                return True
+
+            # Measured twice (two halves of the rounds); halves that disagree beyond the spread are
+            # re-measured once, and a row still unsteady after that is reported as unstable.
+            count = max(2, job.trials)
+            if not rounds(count):
+                return
+            if not steady(gpu, self.device):
+                if not rounds(count):
+                    return
+                row.unstable = not steady(gpu[count:], self.device)
+                gpu[:] = gpu[count:] if not row.unstable else gpu
+            source = "graph"
+        else:
+            method = "cupti"
+            row.message = f"not capturable in a CUDA graph ({str(header.get('error', ''))[:300]}); GPU time from CUPTI"
+            n = min(n, 50)
+            for _ in range(max(1, job.trials)):
+                h, _, wall = self.request(c, {"op": "cupti", "n": n})
+                if not self.expect_ok(c, h, w.name):
+                    return
+                spans = h.get("spans_ms")
+                if not isinstance(spans, list) or len(spans) != n or not all(isinstance(s, (int, float)) for s in spans):
+                    c.fail(INCORRECT_TAMPERING, "the CUPTI timing reply is malformed", w.name)
+                    return
+                if sum(spans) > wall * (1 + CROSS_CHECK_TOLERANCE):
+                    c.fail(INCORRECT_TAMPERING, f"reported {sum(spans):.3f} ms of kernel time in a loop the "
+                                                f"judge clocked at {wall:.3f} ms", w.name)
+                    return
+                gpu.append(statistics.median(spans))
+            claimed = list(gpu)
+            source = "eager"
+        # Call latency: eager calls, host included.
+        n_eager = max(n_sets, min(n, iterations_for(EAGER_TARGET_MS, max(est, 0.005))))
+        n_eager = n_eager - n_eager % n_sets + n_sets if n_eager % n_sets else n_eager
+        lat: list[float] = []
+        for _ in range(max(1, job.trials)):
+            h, _, ms = self.request(c, {"op": "eager", "n": n_eager})
+            if not self.expect_ok(c, h, w.name):
+                return
+            lat.append(ms / n_eager)
+        # Every pool set's last output, from the timed graph and from the eager loop, is checked.
+        for src in ([source, "eager"] if source == "graph" else ["eager"]):
+            h, outs, _ = self.request(c, {"op": "pool_outputs", "source": src})
+            if not self.expect_ok(c, h, w.name):
+                return
+            k = len(self.names)
+            if len(outs) != k * n_sets:
+                c.fail("INCORRECT_SHAPE", f"timed calls returned {len(outs)} outputs, expected {k * n_sets}", w.name)
+                return
+            for j, seed in enumerate(seeds):
+                if not self.verify(c, w, outs[j * k:(j + 1) * k], self.reference(w, seed),
+                                   f"timed call ({'CUDA graph' if src == 'graph' else 'eager'}, input set {j + 1})"):
+                    return
+        self.record(c, w, gpu, lat, method, claimed)
+
+    def record(self, c: _Cand, w: Workload, gpu: list[float], lat: list[float], method: str,
+               claimed: list[float]) -> None:
         floor = noise_floor(self.device)
-        for wi, w in enumerate(self.job.workloads):
-            alive = [c for c in self.cands if c.ok]
-            if not alive:
-                break
-            case = Case(self.task, w, self.device, self.nonce)
-            for c in alive:
-                c.prev, c.check_ms, c.gaps_ms = None, [], []
-                c.row(w.name)
-            try:
+        row = c.row(w.name)
+        row.gpu_time_ms = statistics.median(gpu) if gpu else None
+        row.gpu_time_spread = relative_spread(gpu, floor) if gpu else None
+        row.call_latency_ms = statistics.median(lat) if lat else None
+        row.call_latency_spread = relative_spread(lat, floor) if lat else None
+        row.timing_method = method
+        row.self_reported_ms = statistics.median(claimed) if claimed else None
+        use_gpu = self.job.metric == "gpu_time" and row.gpu_time_ms is not None
+        samples = gpu if use_gpu else lat
+        row.trial_ms = [round(x, 6) for x in samples]
+        row.latency_ms = statistics.median(samples) if samples else None
+        row.spread = relative_spread(samples, floor) if samples else None
+        if row.self_reported_ms and row.gpu_time_ms and method == "cuda_graph":
+            gap = abs(row.self_reported_ms - row.gpu_time_ms) / max(row.gpu_time_ms, 1e-9)
+            if gap > CROSS_CHECK_TOLERANCE and abs(row.self_reported_ms - row.gpu_time_ms) > 0.002:
+                c.report.flags.append(f"{w.name}: the candidate's own events say {row.self_reported_ms * 1e3:.1f} µs, "
+                                      f"the judge's clock {row.gpu_time_ms * 1e3:.1f} µs (the judge's counts)")
+        self.floor_check(c, w, row)
+
+    def floor_check(self, c: _Cand, w: Workload, row: WorkloadResult) -> None:
+        if not self.job.floor_check or row.latency_ms is None or not self.on_gpu:
+            return
+        from ksearch.eval.roofline import physical_floor_ms
+
+        floor_ms, why = physical_floor_ms(self.task, w, self.device)
+        if floor_ms and row.latency_ms < floor_ms:
+            c.fail(INCORRECT_TIMING, f"{row.latency_ms * 1e3:.3f} µs is below the physical floor of "
+                                     f"{floor_ms * 1e3:.3f} µs for this workload ({why}): the timing cannot be real",
+                   w.name)
+
+    def time_cpu(self, c: _Cand, w: Workload, check_ms: list[float]) -> None:
+        """On a CPU every timed call is a checked call on fresh inputs, clocked by the judge."""
+        samples = list(check_ms)
+        t = len(samples)
+        while c.ok and len(samples) < max(1, self.job.trials):
+            ms = self.check(c, w, t)
+            t += 1
+            if ms is not None:
+                samples.append(ms)
+        if c.ok:
+            self.record(c, w, [], samples, "wall_clock_cpu", [])
+
+    # ---- the job --------------------------------------------------------------------------------------------
+    def run(self) -> list[EvalReport]:
+        t_start = time.perf_counter()
+        try:
+            for i, c in enumerate(self.cands):
+                self.start(c, i)
+            for w in self.job.workloads:
+                alive = [c for c in self.cands if c.ok]
+                if not alive:
+                    break
+                for c in alive:
+                    c.row(w.name)
+                    c.prev_outputs = None
+                check_ms: dict[str, list[float]] = {c.sid: [] for c in alive}
                 for t in range(self.job.check_trials):
-                    order = [c for c in alive if c.ok]
-                    order = order[t % len(order):] + order[:t % len(order)] if order else []
-                    pending = [(c, self.checked_call(c, case, t)) for c in order]
-                    for c, call in pending:
-                        if call is not None and c.ok:
-                            self.verify_call(c, case, t, call)
-                if self.on_gpu and wi == 0:
-                    for c in alive:
-                        if c.ok:
-                            self.gpu_extras(c, case)
-                timed = [c for c in alive if c.ok]
-                res = self.timing(case, timed, self.baseline_subjects(w) if timed else [])
-                self.collect(case, [c for c in timed if c.ok], res, floor)
-            except Exception as e:       # the evaluator's own step failed (e.g. a poisoned CUDA context)
-                tb = traceback.format_exc()
+                    k = t % len(alive)
+                    for c in alive[k:] + alive[:k]:
+                        self._guarded(c, w, lambda c=c: check_ms[c.sid].append(ms)
+                                      if (ms := self.check(c, w, t)) is not None else None)
                 for c in alive:
-                    c.fail(RUNTIME_ERROR, f"evaluation failed on {w.name}: {type(e).__name__}: {e}"[:1500],
-                           w.name, log=tb)
-            finally:
-                for c in alive:
-                    c.prev = None
-                del case
+                    if c.ok:
+                        if self.on_gpu:
+                            self._guarded(c, w, lambda c=c: self.time_gpu(c, w))
+                        else:
+                            self._guarded(c, w, lambda c=c: self.time_cpu(c, w, check_ms[c.sid]))
+        finally:
+            for c in self.cands:
+                self._end(c)
         self.finish(t_start)
         return [c.report for c in self.cands]
 
-    def collect(self, case: Case, alive: list[_Cand], res: TrialResults, floor: float) -> None:
-        w = case.w.name
-        base_best: tuple[float, float] | None = None
-        for name in res.samples:
-            if not name.startswith("baseline:") or name in res.errors or not res.samples[name]:
-                if name in res.errors and name.startswith("baseline:"):
-                    self.baseline_flags.append(f"{name} failed while timing on {w}")
-                continue
-            medians = res.trial_medians(name)
-            ms, spread = _median(medians), relative_spread(medians, floor)
-            v = name.split(":", 1)[1]
-            self.baseline_ms.setdefault(v, {})[w] = ms
-            self.baseline_spread.setdefault(v, {})[w] = spread
-            if base_best is None or ms < base_best[0]:
-                base_best = (ms, spread)
-        for c in alive:
-            trial_ms = ([] if self.on_gpu else list(c.check_ms)) + res.trial_medians(c.sid)
-            row = c.row(w)
-            row.trial_ms = [round(x, 6) for x in trial_ms]
-            row.latency_ms = _median(trial_ms) if trial_ms else None
-            row.spread = relative_spread(trial_ms, floor) if trial_ms else None
-            if base_best is not None:
-                row.baseline_ms, row.baseline_spread = base_best
-            if row.latency_ms is None:
-                c.fail(RUNTIME_ERROR, "no timing sample (eval.trials and eval.check_trials are both 0)", w)
+    def _guarded(self, c: _Cand, w: Workload, step: Any) -> None:
+        if not c.ok:
+            return
+        try:
+            step()
+        except CandidateGone as e:
+            c.fail(e.status, e.message, w.name)
+            self._end(c)
+        except Exception as e:      # the judge's own step failed (its reference, a CUDA error here)
+            c.fail(RUNTIME_ERROR, f"evaluation failed on {w.name}: {type(e).__name__}: {e}"[:1500], w.name,
+                   log=traceback.format_exc())
+            self._end(c)
+
+    def _end(self, c: _Cand) -> None:
+        """Stop the candidate's process (and everything it started); collect its output and audit findings."""
+        child = c.child
+        if child is None:
+            return
+        c.child = None
+        if c.ok:
+            try:
+                child.conn.send({"op": "stop"})
+                wire.receive(child.conn, 5.0)
+            except Exception:
+                pass
+        try:
+            child.kill()
+        except Exception:
+            pass
+        exit_note = ""
+        try:
+            exit_note = child.exit_description()
+        except Exception:
+            pass
+        out = ""
+        try:
+            out, nbytes = child.output()
+        except Exception:
+            nbytes = 0
+        try:
+            refused = list(child.audit_violations())
+        except Exception:
+            refused = []
+        if refused:
+            why = "the sandbox refused: " + "; ".join(sorted(set(refused)))[:1200]
+            if c.ok or c.report.status in (RUNTIME_ERROR,) + _NUMERIC:
+                c.report.status = PASSED
+                c.fail(INCORRECT_TAMPERING, why)
+        if not c.ok and c.report.status in (RUNTIME_ERROR, TIMEOUT) and exit_note and "exit code 0" not in exit_note:
+            c.report.log = (c.report.log + "\n" if c.report.log else "") + f"the candidate's process {exit_note}"
+        if out.strip():
+            c.report.log = (c.report.log + "\n" if c.report.log else "") + \
+                f"--- candidate output ({nbytes} bytes; first and last KB) ---\n{out}"
+            if nbytes > (1 << 20):
+                c.report.flags.append(f"wrote {nbytes / 2**20:.1f} MiB to stdout/stderr (kept the first and last KB)")
 
     def finish(self, t_start: float) -> None:
         from ksearch.eval.environment import describe
@@ -483,24 +497,28 @@ class Judge:
         except Exception as e:
             env = {"device": self.device, "error": f"{type(e).__name__}: {e}"}
         env["input_nonce"] = self.nonce
+        env["metric"] = self.job.metric
         for c in self.cands:
             c.report.env = dict(env)
-            c.report.elapsed_s = _perf() - t_start
-            for f in self.baseline_flags:
-                c.flag(f)
-            if c.ok and self.baseline_ms:
-                c.report.baseline_ms = {v: dict(t) for v, t in self.baseline_ms.items()
-                                        if all(r.workload in t for r in c.report.workloads)}
-            if not c.ok and c.ran_code:
-                self.dirty = True
-            c.fn = None
-            c.prev = None
-            if c.module:
-                sys.modules.pop(c.module, None)
+            c.report.elapsed_s = time.perf_counter() - t_start
 
 
-def judge(job: EvalJob) -> tuple[list[EvalReport], bool]:
-    """Reports in candidate order, and whether the process may carry state a candidate left behind."""
-    j = Judge(job)
-    reports = j.run()
-    return reports, j.dirty
+def steady(samples: list[float], device: str) -> bool:
+    """Do the two halves of a measurement (alternate rounds) agree within its spread?"""
+    if len(samples) < 2:
+        return True
+    a, b = statistics.median(samples[::2]), statistics.median(samples[1::2])
+    mid = statistics.median(samples)
+    if mid <= 0:
+        return True
+    return abs(a - b) / mid <= max(relative_spread(samples, noise_floor(device)), STEADY_MIN)
+
+
+_NUMERIC = ("INCORRECT_SHAPE", "INCORRECT_DTYPE", INCORRECT_NUMERICAL)
+_CANDIDATE_STATUSES = {COMPILE_ERROR, RUNTIME_ERROR, "INCORRECT_SHAPE", "INCORRECT_DTYPE", INCORRECT_NUMERICAL,
+                       "INCORRECT_INPUT_MODIFIED", INCORRECT_LATE_WRITE}
+
+
+def judge(job: EvalJob, spawner: Any) -> list[EvalReport]:
+    """Reports in candidate order."""
+    return Judge(job, spawner).run()

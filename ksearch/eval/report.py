@@ -13,21 +13,25 @@ Statuses. `PASSED`, or one failure status (`FAILURE_STATUSES`):
 - INCORRECT_INPUT_MODIFIED: an input tensor changed during the call.
 - INCORRECT_LATE_WRITE: outputs changed after the call returned (work on a stream the timer does not
   see, a background thread, work deferred to a later call, or an output buffer reused across calls).
-- INCORRECT_TAMPERING: the candidate replaced a timing or checking function, changed the current CUDA
-  stream, called the task's reference, or read the task's files at run time.
+- INCORRECT_TAMPERING: the candidate's process tried something the sandbox refuses (file writes outside
+  its scratch folder, sockets, subprocesses, fork, native libraries, frame or gc introspection) or sent the
+  judge a malformed reply.
+- INCORRECT_TIMING: a measured latency below the workload's physical floor (fewest bytes over the peak
+  bandwidth, FLOPs over the peak rate): no real kernel can be that fast, so the measurement was gamed.
 
 New fields (all with defaults, so journal records written before them still load):
 
 - `WorkloadResult.trial_ms`: the median latency of each timing trial; `latency_ms` is their median.
 - `WorkloadResult.spread`: relative run-to-run spread of `latency_ms` (see ksearch.eval.noise).
-- `WorkloadResult.baseline_ms` / `baseline_spread`: on a GPU, the best baseline variant timed in the same
-  job, interleaved with the candidate trial by trial.
+- `WorkloadResult.gpu_time_ms` / `call_latency_ms` (+ spreads): the two clocks, both read by the judge;
+  `latency_ms` is the one `eval.metric` picks; `timing_method` says how GPU time was taken.
+- `WorkloadResult.baseline_ms` / `baseline_spread`: the best baseline variant on this workload.
 - `EvalReport.score_spread`: relative uncertainty of `score` (candidate and baseline spreads combined).
 - `EvalReport.flags`: suspicious findings that did not fail the candidate, each with its reason.
 - `EvalReport.env`: what measured it (GPU name, clocks, driver, torch/triton/flashinfer versions; or the
   CPU and the Triton interpreter).
-- `EvalReport.baseline_ms`: variant -> workload -> ms of the interleaved baselines (GPU; empty on a CPU,
-  where the baseline is the PyTorch reference timed once per run).
+- `EvalReport.baseline_ms`: variant -> workload -> ms of baselines timed in the same job (records written
+  before the judge moved out of the candidate's process; new reports leave it empty).
 - `EvalReport.trials` / `check_trials`: how many timing trials and fresh-input checks were run.
 """
 
@@ -48,8 +52,9 @@ INCORRECT_NUMERICAL = "INCORRECT_NUMERICAL"
 INCORRECT_INPUT_MODIFIED = "INCORRECT_INPUT_MODIFIED"
 INCORRECT_LATE_WRITE = "INCORRECT_LATE_WRITE"
 INCORRECT_TAMPERING = "INCORRECT_TAMPERING"
+INCORRECT_TIMING = "INCORRECT_TIMING"
 FAILURE_STATUSES = (COMPILE_ERROR, RUNTIME_ERROR, INCORRECT_SHAPE, INCORRECT_DTYPE, INCORRECT_NUMERICAL,
-                    TIMEOUT, INCORRECT_INPUT_MODIFIED, INCORRECT_LATE_WRITE, INCORRECT_TAMPERING)
+                    TIMEOUT, INCORRECT_INPUT_MODIFIED, INCORRECT_LATE_WRITE, INCORRECT_TAMPERING, INCORRECT_TIMING)
 
 
 def _known(cls: type, d: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +76,13 @@ class WorkloadResult:
     spread: float | None = None
     baseline_ms: float | None = None
     baseline_spread: float | None = None
+    gpu_time_ms: float | None = None          # GPU time per call (CUDA-graph replay or CUPTI), judge's clock
+    gpu_time_spread: float | None = None
+    call_latency_ms: float | None = None      # eager call, host launch cost included, judge's clock
+    call_latency_spread: float | None = None
+    timing_method: str = ""                   # cuda_graph | cupti | wall_clock_cpu
+    self_reported_ms: float | None = None     # the candidate's own event time: a cross-check, never used
+    unstable: bool = False                    # its two halves disagreed beyond the spread, twice
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "WorkloadResult":
@@ -120,6 +132,9 @@ class EvalReport:
 
     def summary(self) -> str:
         flags = f" (flags: {'; '.join(self.flags)})" if self.flags else ""
+        if self.passed and any(w.unstable for w in self.workloads):
+            bad = ", ".join(w.workload for w in self.workloads if w.unstable)
+            return f"PASSED, timing unstable on {bad} (no ratio){flags}"
         if self.passed:
             spread = f" ±{100 * self.score_spread:.1f}%" if self.score and self.score_spread else ""
             base = f"PASSED {self.score_name}={self.score:.4g}x{spread} vs {self.baseline}" if self.score else "PASSED"
@@ -155,6 +170,9 @@ class BaselineTimes:
     reference: dict[str, float] = field(default_factory=dict)   # reference latency, when asked for (not a baseline)
     spread: dict[str, dict[str, float]] = field(default_factory=dict)   # variant -> workload -> relative spread
     env: dict[str, Any] = field(default_factory=dict)
+    metric: str = "gpu_time"            # which clock the variants' numbers are (gpu_time | call_latency)
+    other: dict[str, dict[str, float]] = field(default_factory=dict)   # the other clock, for reports
+    methods: dict[str, str] = field(default_factory=dict)              # variant -> timing method
 
     def best(self) -> dict[str, float]:
         names: dict[str, None] = {}
@@ -183,8 +201,8 @@ class BaselineTimes:
 def score_report(report: EvalReport, baseline: BaselineTimes) -> EvalReport:
     """Geometric mean over workloads of baseline latency / candidate latency (higher is better).
 
-    When the job timed the baselines itself, interleaved with the candidate (GPU), those latencies are
-    used: drift between jobs then cancels in the ratio. Otherwise the run's baseline measurement is used.
+    The baselines are measured once per run by the trusted worker with the same clock as the candidates
+    (`BaselineTimes.metric`); old reports that carry baselines timed in their own job use those.
     `score_spread` combines the candidate's and the baseline's relative spreads (ksearch.eval.noise).
     """
     from ksearch.eval.noise import score_spread

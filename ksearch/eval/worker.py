@@ -1,15 +1,13 @@
-"""The evaluation worker process: set itself up, then serve jobs until told to stop.
+"""The trusted evaluation worker: computes references and verdicts, holds the clock, never runs candidates.
 
 Started by ksearch.eval.sandbox.WorkerProcess as `python -c "from ksearch.eval.worker import main; main()"`
-with a JSON argument (socket fd, parent pid, interpreter on/off, memory cap). Before any candidate
-code runs it: dies with its parent (PR_SET_PDEATHSIG), turns core dumps off and (CPU) caps its address
-space, enables faulthandler (a segfault prints the Python stack to the captured stderr), switches the
-Triton interpreter on (CPU), imports the evaluator's modules and installs the integrity guard, which
-records the identity of the timing functions now, before anything can replace them.
+with a JSON argument (socket fd, parent pid, interpreter on/off, memory cap). It dies with its parent
+(PR_SET_PDEATHSIG), turns core dumps off, enables faulthandler, switches the Triton interpreter on (CPU),
+and serves jobs: "judge" (ksearch.eval.judge: one fresh sandboxed process per candidate, forked from the
+fork server this worker owns) and "baseline" (ksearch.eval.baselines: trusted code, timed here).
 
 After each job it flushes Python's and C's stdio and writes the job's end marker to fd 1, so the parent
-knows where the job's output ends. Imports only torch, triton (through solutions), numpy and flashinfer
-(through baselines).
+knows where the job's output ends. Imports only torch, triton, numpy and flashinfer (through baselines).
 """
 
 from __future__ import annotations
@@ -26,6 +24,8 @@ from typing import Any
 
 from ksearch.eval.baselines import BaselineJob, measure_baselines  # noqa: F401 (re-exported)
 from ksearch.eval.judge import EvalJob, judge  # noqa: F401 (re-exported)
+
+_SPAWNER: Any = None
 
 MARKER = b"\n@@ksearch-job-end:%s@@\n"
 
@@ -60,7 +60,7 @@ def _setup(config: dict[str, Any]) -> None:
     _die_with_parent(int(config["parent"]))
     from ksearch.eval.memory import limit_process
 
-    limit_process(config.get("memory_limit") if config.get("interpret") else None)
+    limit_process(None)
     faulthandler.enable(all_threads=True)
     if config.get("interpret"):
         from ksearch.eval.interpreter import prepare_interpreter
@@ -70,16 +70,9 @@ def _setup(config: dict[str, Any]) -> None:
     if config.get("interpret"):
         torch.set_num_threads(1)      # see sandbox.WorkerProcess: thread pools make CPU timings erratic
 
-    import ksearch.eval.noise  # noqa: F401  (modules the guard protects must be loaded first)
-    import ksearch.eval.rules  # noqa: F401
-    import ksearch.eval.timing  # noqa: F401
-    import ksearch.instantiate.loader  # noqa: F401
-    try:
-        import ksearch.instantiate.cuda  # noqa: F401  (so loading a CUDA source imports nothing in a window)
-    except Exception:
-        pass
-    from ksearch.eval import integrity
-    integrity.install()
+    global _SPAWNER
+    from ksearch.eval.spawn import CandidateSpawner
+    _SPAWNER = CandidateSpawner(interpret=bool(config.get("interpret")), memory_limit_bytes=config.get("memory_limit"))
 
 
 def serve(conn: Any) -> None:
@@ -90,10 +83,12 @@ def serve(conn: Any) -> None:
         except (EOFError, OSError):
             return
         if kind == "stop":
+            if _SPAWNER is not None:
+                _SPAWNER.close()
             return
         try:
             if kind == "judge":
-                reply: tuple[str, Any] = ("ok", judge(payload))
+                reply: tuple[str, Any] = ("ok", judge(payload, _SPAWNER))
             elif kind == "baseline":
                 reply = ("ok", measure_baselines(payload))
             else:

@@ -44,7 +44,15 @@ def checked(task):
 
 @pytest.fixture(scope="module")
 def unchecked(task):
-    """Static checks off: every trick reaches the worker, whose runtime checks must catch it."""
+    """Static checks off: every trick reaches the candidate's sandbox, and the judge must hold anyway."""
     ev = Evaluator(task, settings(static_checks=False))
+    yield ev
+    ev.close()
+
+
+@pytest.fixture(scope="module")
+def bare(task):
+    """Static checks and audit hooks off: what process isolation alone contains (crashes, signals)."""
+    ev = Evaluator(task, settings(static_checks=False, sandbox=False))
     yield ev
     ev.close()

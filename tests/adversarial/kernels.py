@@ -330,3 +330,177 @@ def run(*args):
     import time
     time.sleep(30)
 '''
+
+
+# ---- the judge out of reach: each trick looks for something to reach in its own process ---------------------
+# The reference, the tolerance, the verdict, the report and the clock live in the trusted worker; these
+# kernels try the ways Python offers to reach them, and must fail with a named status.
+
+REACH_MODULES = '''
+import sys
+
+
+def run(*args):
+    registry = vars(sys)["modules"]["ksearch.task.registry"]
+    return registry.load_task("gqa_paged_decode_h32_kv4_d128_ps1").reference(*args)
+'''
+
+REACH_TRACEBACK_FRAMES = '''
+def run(*args):
+    try:
+        raise RuntimeError
+    except RuntimeError as e:
+        frame = e.__traceback__.tb_frame
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            if callable(getattr(value, "reference", None)):
+                return value.reference(*args)
+        frame = frame.f_back
+    raise LookupError("no reference in reach")
+'''
+
+REACH_GC = '''
+import gc
+
+
+def run(*args):
+    for obj in gc.get_objects():
+        if callable(obj) and getattr(obj, "__name__", "") == "run" and "reference" in getattr(obj, "__module__", ""):
+            return obj(*args)
+    raise LookupError("no reference in reach")
+'''
+
+REACH_GETFRAME = '''
+import sys
+
+
+def run(*args):
+    frame = vars(sys)["_getframe"](1)
+    while frame is not None:
+        ref = frame.f_globals.get("reference") or frame.f_locals.get("ref")
+        if ref is not None:
+            return ref
+        frame = frame.f_back
+    raise LookupError("no reference in reach")
+'''
+
+TOLERANCE_ZEROS = '''
+import sys
+
+import torch
+
+# Loosen every tolerance this process can find, then return zeros.
+for module in list(vars(sys)["modules"].values()):
+    for value in list(vars(module).values()) if hasattr(module, "__dict__") else []:
+        if type(value).__name__ == "Correctness":
+            object.__setattr__(value, "atol", 1e30)
+            object.__setattr__(value, "rtol", 1e30)
+workload = vars(sys)["modules"].get("ksearch.task.workload")
+if workload is not None:
+    workload.Correctness.__init__.__defaults__ = (1e30, 1e30, 0.0)
+
+
+def run(q, *args):
+    return torch.zeros_like(q), torch.zeros(q.shape[:2], dtype=torch.float32)
+'''
+
+VERDICT_NOOP = '''
+import sys
+
+import torch
+
+# Silence every verdict-looking method in reach, then return garbage.
+for name, module in list(vars(sys)["modules"].items()):
+    if name.startswith("ksearch.eval"):
+        for value in list(vars(module).values()):
+            if isinstance(value, type):
+                for attr in ("fail", "verify", "expect_ok", "check"):
+                    if attr in vars(value):
+                        setattr(value, attr, lambda *a, **k: True)
+
+
+def run(q, *args):
+    return torch.full_like(q, 7.0), torch.full(q.shape[:2], 7.0)
+'''
+
+POISONS_REFERENCE = '''
+import torch
+
+_real = torch.einsum
+setattr(torch._VF, "einsum", lambda *a, **k: _real(*a, **k) * 0)
+torch.einsum = lambda eq, *ops: _real(eq, *ops) * 0
+
+
+def run(q, *args):
+    return torch.zeros_like(q), torch.zeros(q.shape[:2], dtype=torch.float32)
+'''
+
+FINALIZER_REWRITES = ATTEND + '''
+import gc
+import weakref
+
+
+def _rewrite():
+    for obj in gc.get_objects():
+        if hasattr(obj, "latency_ms"):
+            object.__setattr__(obj, "latency_ms", 1e-9)
+
+
+def run(q, *args):
+    weakref.finalize(q, _rewrite)
+    return _attend(q, *args)
+'''
+
+CONTENT_CACHE = ATTEND + '''
+_cache = {}
+
+
+def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale):
+    # keyed on a few input elements: the page table's offsets, which stay the same for a workload
+    key = (tuple(q.shape), tuple(kv_indptr.tolist()[:4]))
+    if key not in _cache:
+        _cache[key] = _attend(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale)
+    out, lse = _cache[key]
+    return out.clone(), lse.clone()
+'''
+
+FIRST_128_TOKENS = ATTEND + '''
+import torch
+
+
+def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale):
+    # skips every KV token past the first tile of 128 per sequence
+    lens = (kv_indptr[1:] - kv_indptr[:-1]).clamp(max=128)
+    starts = kv_indptr[:-1]
+    keep = torch.cat([kv_indices[int(s):int(s) + int(n)] for s, n in zip(starts, lens)]) if len(lens) else kv_indices
+    indptr = torch.zeros_like(kv_indptr)
+    indptr[1:] = torch.cumsum(lens, 0)
+    return _attend(q, k_cache, v_cache, indptr, keep, sm_scale)
+'''
+
+WRITES_FILE = ATTEND + '''
+import sys
+
+
+def run(*args):
+    with vars(sys)["modules"]["builtins"].open("/tmp/ksearch_pwned.txt", "w") as f:
+        f.write("escaped")
+    return _attend(*args)
+'''
+
+FORK_SETSID = ATTEND + '''
+import os
+import sys
+import time
+
+
+def run(*args):
+    fork = vars(os)["fork"]
+    if fork() == 0:
+        os.setsid()
+        with open("/tmp/ksearch_survivor.pid", "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(600)
+        os._exit(0)
+    return _attend(*args)
+'''

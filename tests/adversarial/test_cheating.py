@@ -1,4 +1,5 @@
-"""Point 2: each way of gaming correctness or timing fails (or is flagged) with its reason."""
+"""Each way of gaming correctness fails with its reason (the candidate-side diagnostics name the honest
+mistakes; the judge's own comparison catches everything else)."""
 
 import pytest
 
@@ -12,15 +13,21 @@ def test_honest_kernel_passes_with_spread_env_and_trials(checked, workloads, bas
     assert r.status == PASSED, r.summary() + r.log
     w = r.workloads[0]
     assert len(w.trial_ms) == 3 and w.spread is not None and w.spread >= 0.05
+    assert w.timing_method == "wall_clock_cpu" and w.call_latency_ms == w.latency_ms
     assert r.score is not None and r.score_spread is not None and r.flags == []
     assert r.env["device"] == "cpu" and "torch" in r.env and "input_nonce" in r.env
 
 
-@pytest.mark.parametrize("name", ["MEMOISED", "MEMOISED_COPY"])
-def test_remembered_results_fail(checked, workloads, baseline, name):
-    r = checked.evaluate(getattr(k, name), name.lower(), workloads, baseline)
+def test_a_result_remembered_from_an_earlier_call_fails(checked, workloads, baseline):
+    r = checked.evaluate(k.MEMOISED_COPY, "memoised_copy", workloads, baseline)
     assert r.status == INCORRECT_NUMERICAL, r.summary()
     assert "remembered from an earlier call" in r.first_failure().message
+
+
+def test_a_cache_keyed_on_addresses_never_hits(checked, workloads, baseline):
+    """Every call gets freshly built inputs: a memo keyed on data pointers gains nothing (it stays honest)."""
+    r = checked.evaluate(k.MEMOISED, "memoised", workloads, baseline)
+    assert r.status == PASSED, r.summary()
 
 
 def test_unwritten_output_elements_fail(checked, workloads, baseline):
@@ -33,25 +40,20 @@ def test_input_mutation_fails_and_names_the_input(checked, workloads, baseline):
     assert r.status == INCORRECT_INPUT_MODIFIED and "input q" in r.first_failure().message
 
 
-@pytest.mark.parametrize("name,reason", [
-    ("IMPORTS_REFERENCE", "reference implementation"),
-    ("READS_REFERENCE_FILE", "reference.py"),
-])
-def test_reading_the_reference_fails_at_runtime(unchecked, workloads, baseline, name, reason):
+@pytest.mark.parametrize("name", ["IMPORTS_REFERENCE", "READS_REFERENCE_FILE"])
+def test_reading_the_reference_is_refused(unchecked, workloads, baseline, name):
     r = unchecked.evaluate(getattr(k, name), name.lower(), workloads, baseline)
-    assert r.status == INCORRECT_TAMPERING and reason in r.summary(), r.summary()
+    assert r.status == INCORRECT_TAMPERING and "refused" in r.summary(), r.summary()
 
 
 def test_background_thread_writing_late_fails(unchecked, workloads, baseline):
     r = unchecked.evaluate(k.BACKGROUND_THREAD, "thread", workloads, baseline)
-    assert r.status == INCORRECT_LATE_WRITE, r.summary()
-    assert "after the call returned" in r.first_failure().message
-    assert any("thread" in f for f in r.flags)
+    assert r.status in (INCORRECT_LATE_WRITE, INCORRECT_NUMERICAL), r.summary()
 
 
 def test_work_deferred_to_the_next_call_fails(checked, workloads, baseline):
     r = checked.evaluate(k.DEFERRED, "deferred", workloads, baseline)
-    assert r.status == INCORRECT_LATE_WRITE and "next call" in r.first_failure().message, r.summary()
+    assert r.status in (INCORRECT_LATE_WRITE, INCORRECT_NUMERICAL), r.summary()
 
 
 def test_reused_output_buffer_fails(checked, workloads, baseline):
@@ -59,11 +61,14 @@ def test_reused_output_buffer_fails(checked, workloads, baseline):
     assert r.status == INCORRECT_LATE_WRITE and "storage of the previous call" in r.first_failure().message
 
 
-@pytest.mark.parametrize("name,what", [("PATCHES_TIMER", "time.perf_counter"),
-                                       ("PATCHES_CHECKER", "torch.Tensor.clone")])
-def test_patching_timer_or_checker_fails_at_runtime(unchecked, workloads, baseline, name, what):
+@pytest.mark.parametrize("name", ["PATCHES_TIMER", "PATCHES_CHECKER"])
+def test_patching_a_timer_or_checker_in_its_own_process_changes_nothing(unchecked, workloads, baseline, name):
+    """The clock and the comparison live in the judge: the patch reaches nothing, the score stays honest."""
+    honest = unchecked.evaluate(k.GOOD, "honest_" + name.lower(), workloads, baseline)
     r = unchecked.evaluate(getattr(k, name), name.lower(), workloads, baseline)
-    assert r.status == INCORRECT_TAMPERING and what in r.summary(), r.summary()
+    assert r.status == PASSED, r.summary()
+    ratio = r.workloads[0].latency_ms / honest.workloads[0].latency_ms
+    assert 0.2 < ratio < 5, (r.workloads[0].latency_ms, honest.workloads[0].latency_ms)
 
 
 def test_a_torch_function_computing_the_kernel_is_refused(checked, workloads, baseline):
@@ -71,6 +76,6 @@ def test_a_torch_function_computing_the_kernel_is_refused(checked, workloads, ba
     assert r.status == COMPILE_ERROR and "scaled_dot_product_attention" in r.log and "line 9" in r.log
 
 
-def test_a_reply_forged_on_the_evaluators_socket_is_tampering(unchecked, workloads, baseline):
+def test_a_reply_forged_on_a_socket_is_refused_or_fails(unchecked, workloads, baseline):
     r = unchecked.evaluate(k.FORGES_REPLY, "forged", workloads, baseline)
-    assert r.status == INCORRECT_TAMPERING and "token" in r.log, r.summary()
+    assert r.status != PASSED, r.summary()

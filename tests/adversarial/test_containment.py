@@ -23,14 +23,19 @@ def test_crashes_are_refused_statically(checked, workloads, baseline, name, sign
 @pytest.mark.parametrize("name,signal_name", [
     ("SEGFAULT_CTYPES", "SIGSEGV"), ("SEGFAULT_SIGNAL", "SIGSEGV"), ("ABORT", "SIGABRT"),
 ])
-def test_crashes_are_contained_at_runtime(unchecked, workloads, baseline, name, signal_name):
-    r = unchecked.evaluate(getattr(k, name), name.lower(), workloads, baseline)
+def test_crashes_are_contained_at_runtime(bare, workloads, baseline, name, signal_name):
+    r = bare.evaluate(getattr(k, name), name.lower(), workloads, baseline)
     assert r.status == RUNTIME_ERROR and signal_name in r.log, r.log[-2000:]
     assert r.score is None
 
 
-def test_segfault_log_has_the_python_stack(unchecked, workloads, baseline):
+def test_native_code_is_refused_by_the_sandbox(unchecked, workloads, baseline):
     r = unchecked.evaluate(k.SEGFAULT_CTYPES, "segv", workloads, baseline)
+    assert r.status == "INCORRECT_TAMPERING" and "ctypes" in r.summary(), r.summary()
+
+
+def test_segfault_log_has_the_python_stack(bare, workloads, baseline):
+    r = bare.evaluate(k.SEGFAULT_CTYPES, "segv", workloads, baseline)
     assert "Fatal Python error: Segmentation fault" in r.log and "string_at" in r.log
 
 
@@ -47,8 +52,8 @@ def test_endless_output_times_out_with_a_bounded_log(task, workloads, baseline):
 
 
 @pytest.mark.parametrize("name,static", [("HUGE_STDOUT_PYTHON", True), ("HUGE_STDOUT_FD", False)])
-def test_huge_output_is_bounded_and_flagged(checked, unchecked, workloads, baseline, name, static):
-    ev = checked if static else unchecked
+def test_huge_output_is_bounded_and_flagged(checked, bare, workloads, baseline, name, static):
+    ev = checked if static else bare
     r = ev.evaluate(getattr(k, name), name.lower(), workloads, baseline)
     assert r.status == PASSED, r.summary()
     assert any("MiB to stdout/stderr" in f for f in r.flags) and len(r.log) < 40_000

@@ -1,4 +1,5 @@
-"""The worker keeps serving honest kernels after each bad one; whole process groups die on a timeout."""
+"""Every candidate gets a fresh process: honest kernels keep passing after bad ones, and nothing a
+candidate starts outlives it."""
 
 import os
 import time
@@ -13,7 +14,6 @@ SPAWNS_CHILD_AND_HANGS = '''
 import subprocess, sys, time
 
 _child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-open("/tmp/ksearch_test_child_pid", "w").write(str(_child.pid))
 
 
 def run(*args):
@@ -24,37 +24,38 @@ def run(*args):
 def test_good_kernels_keep_passing_between_bad_ones(task, workloads, baseline):
     bad = [("hang", k.HANG, "TIMEOUT"), ("abort", k.ABORT, "RUNTIME_ERROR"),
            ("memo", k.MEMOISED, "INCORRECT_NUMERICAL"), ("mutates", k.MUTATES_INPUT, "INCORRECT_INPUT_MODIFIED"),
-           ("timer", k.PATCHES_TIMER, "INCORRECT_TAMPERING")]
-    with Evaluator(task, settings(timeout_s=4, static_checks=False)) as ev:
+           ("poison", k.POISONS_REFERENCE, "INCORRECT_NUMERICAL")]
+    with Evaluator(task, settings(timeout_s=6, static_checks=False)) as ev:
         assert ev.evaluate(k.GOOD, "good0", workloads, baseline).status == PASSED
+        judge_pid = ev.worker_pid
         for name, source, status in bad:
-            pid = ev.worker_pid
             r = ev.evaluate(source, name, workloads, baseline)
             assert r.status == status, (name, r.summary())
-            assert ev.worker_pid != pid           # replaced after any failure
+            assert ev.worker_pid == judge_pid     # the trusted worker never ran the candidate: it stays
             good = ev.evaluate(k.GOOD, f"good_after_{name}", workloads, baseline)
             assert good.status == PASSED, (name, good.summary(), good.log[-1500:])
             assert not good.flags, good.flags
 
 
-def test_timeout_kills_the_whole_process_group(task, workloads, baseline):
-    path = "/tmp/ksearch_test_child_pid"
-    if os.path.exists(path):
-        os.unlink(path)
+def _sleepers() -> set[int]:
+    out = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"time.sleep(600)" in f.read():
+                        out.add(int(pid))
+            except OSError:
+                pass
+    return out
+
+
+def test_a_candidate_that_starts_a_process_is_refused_and_leaves_nothing(task, workloads, baseline):
+    before = _sleepers()
     with Evaluator(task, settings(timeout_s=4, static_checks=False)) as ev:
         r = ev.evaluate(SPAWNS_CHILD_AND_HANGS, "spawner", workloads, baseline)
-    assert r.status == "TIMEOUT"
-    child = int(open(path).read())
-
-    def gone() -> bool:
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            return True
-        # a zombie waiting for init to reap it is gone for our purposes
-        with open(f"/proc/{child}/stat") as f:
-            return f.read().split()[2] == "Z"
-    assert wait_for(gone, 5), "the candidate's child outlived the timeout"
+    assert r.status in ("INCORRECT_TAMPERING", "TIMEOUT"), r.summary()
+    assert wait_for(lambda: not (_sleepers() - before), 5), "the candidate's child outlived its evaluation"
 
 
 def test_remeasure_interleaves_and_names_a_crasher(task, workloads, baseline):
@@ -64,5 +65,5 @@ def test_remeasure_interleaves_and_names_a_crasher(task, workloads, baseline):
         assert a.status == PASSED and b.status == PASSED and a.solution_id == "a" and b.solution_id == "b"
         assert len(a.workloads[0].trial_ms) == 3 and a.env["input_nonce"] == b.env["input_nonce"]
         good, crash = ev.remeasure([(k.GOOD, "good"), (k.SEGFAULT_SIGNAL, "crash")], workloads, baseline)
-        assert good.status == PASSED and crash.status == "RUNTIME_ERROR" and "SIGSEGV" in crash.log
+        assert good.status == PASSED and crash.status in ("RUNTIME_ERROR", "INCORRECT_TAMPERING"), crash.summary()
         assert time.perf_counter() - t0 < 60
