@@ -1,0 +1,381 @@
+"""A PEP 578 audit hook for the candidate's process: forbidden operations refused at run time.
+
+`install(scratch_dir, ...)` (or `install_policy(AuditPolicy(...))`) is called in the candidate's fresh
+process before any candidate code is imported; Python code cannot remove an audit hook. From then on the
+hook refuses, by raising PermissionError("ksearch-audit: refused <operation>: <why>"):
+
+- file writes outside the scratch directory (open/os.open for writing, and mkdir, remove, rename, link,
+  symlink, chmod, chown, truncate, utime, mknod, sqlite3.connect), and opening a directory outside it as a
+  file descriptor (an os.open(..., dir_fd=) trick would otherwise dodge the path check);
+- sockets: any connect, bind, sendto/sendmsg, name lookup, and creating a non-AF_UNIX socket;
+- subprocesses and fork: os.system, os.fork/forkpty, pty.spawn always; subprocess.Popen, os.exec*,
+  os.posix_spawn, os.spawn* unless the executable (resolved, normalised basename) is in `allow_exec` and
+  the call comes from the toolchain's own code (triton, torch.utils.cpp_extension, torch._inductor,
+  ksearch.instantiate.cuda); signals to other processes (os.kill, os.killpg, signal.pthread_kill);
+- ctypes and cffi (dlopen, dlsym, foreign calls, raw memory access) unless the call comes from a library
+  (torch, triton, numpy... in site-packages);
+- frame and gc introspection from candidate code: sys._getframe, sys._current_frames,
+  sys._current_exceptions, gc.get_objects/get_referrers/get_referents, reading tb_frame, gi_frame,
+  cr_frame, ag_frame (the attribute reads CPython audits; f_back, f_globals and f_locals are not audited,
+  so the hook guards how a frame is first obtained), sys.settrace/setprofile, adding another audit hook
+  (it would be handed the evaluator's objects), replacing a function's __code__;
+- forging trusted code: compile(), types.CodeType/code.replace() and marshal.loads() that would produce
+  code whose file name points into the standard library, site-packages or ksearch, unless an import of a
+  real file does it.
+
+Whose call is it? The hook walks the Python frames of the call. A frame is *candidate* code when its file
+is under the scratch directory or a candidate prefix, or is not a real file of the standard library,
+site-packages or ksearch ("<string>", a path elsewhere). For capability events (ctypes, processes) the
+first frame outside the standard library decides; for introspection the immediate caller decides, except
+that modules which exist to hand frames to their caller (inspect, traceback, logging's currentframe,
+threading's settrace, bdb, pdb, trace, profile) are looked through. So the standard library, torch and
+triton keep working (dataclasses, typing, warnings and triton.jit's inspect.getsource call
+sys._getframe) while the same calls made by a candidate are refused.
+
+Every refusal is appended to `violations` and written once to fd 2 as one line starting with
+"ksearch-audit: refused", which the fork server collects from the stream (the candidate can clear the
+list, not what it already wrote to the pipe).
+
+What this does NOT stop (the process boundary does: a fresh process per candidate, PID/network
+namespaces, the judge in another process):
+- native code: a CUDA/C++ candidate, or a library loaded by trusted code, runs without any audit; it can
+  make any system call (write files anywhere the user may, signal, map memory);
+- C-level hooks that CPython does not audit, e.g. torch._C._dynamo.eval_frame.set_eval_frame (PEP 523)
+  hands a callback every frame; signal handlers receive the interrupted frame as an argument;
+- a refused callable passed through a trusted higher-order function (torch.utils._pytree.tree_map(f, ...)
+  calls f from a torch frame), or a library function that returns a frame it fetched;
+- a symlink swapped inside the scratch directory between the hook's check and the open;
+- writes to file descriptors that are already open (fd 1 and 2, the connection), and os.write;
+- the hook itself can be starved: a candidate that closes fd 2 stops the report lines, not the refusals.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+PREFIX = "ksearch-audit: refused"
+
+DEFAULT_ALLOW_EXEC = ("ptxas", "cuobjdump", "nvdisasm", "nvlink", "fatbinary", "nvcc", "cicc", "cc", "gcc", "g++",
+                      "c++", "clang", "clang++", "ld", "ld.bfd", "ld.gold", "ld.lld", "ninja", "ldconfig", "which",
+                      "whereis", "uname")
+# Code (site-packages-relative or ksearch-relative paths) that may start the allowed toolchain.
+EXEC_ORIGINS = ("triton/", "torch/utils/cpp_extension.py", "torch/_inductor/", "torch/utils/_cpp_extension",
+                "ksearch/instantiate/cuda.py")
+
+violations: list[str] = []
+
+
+@dataclass(frozen=True)
+class AuditPolicy:
+    """What the hook allows in one candidate's process (picklable: the fork server passes it on)."""
+
+    scratch_dir: str
+    allow_exec: tuple[str, ...] = DEFAULT_ALLOW_EXEC
+    candidate_prefixes: tuple[str, ...] = ()     # more places candidate code is loaded from
+    writable: tuple[str, ...] = ()               # more directories writes may go to (the scratch dir always)
+    exec_origins: tuple[str, ...] = EXEC_ORIGINS
+
+
+_installed = False
+
+
+def install(scratch_dir: str | os.PathLike[str], allow_exec: list[str] | tuple[str, ...] = DEFAULT_ALLOW_EXEC,
+            candidate_prefixes: list[str] | tuple[str, ...] = (), writable: list[str] | tuple[str, ...] = ()) -> None:
+    """Install the hook for this process (once; a second call raises RuntimeError)."""
+    install_policy(AuditPolicy(os.fspath(scratch_dir), tuple(allow_exec), tuple(candidate_prefixes),
+                               tuple(writable)))
+
+
+def preload_for_hook() -> None:
+    """Import what the hook and the harness use later (the fork server's zygote calls it)."""
+    import ctypes  # noqa: F401
+    import ctypes.util  # noqa: F401
+    import shutil  # noqa: F401
+    import sysconfig  # noqa: F401
+    import traceback  # noqa: F401
+
+
+def install_policy(policy: AuditPolicy) -> None:
+    global _installed
+    if _installed:
+        raise RuntimeError("the ksearch audit hook is already installed in this process")
+    _installed = True
+    sys.addaudithook(_make_hook(policy))
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(path).rstrip(os.sep) or os.sep
+
+
+def _under(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == r or path.startswith(r + os.sep) or r == os.sep for r in roots)
+
+
+_TRIPLET = re.compile(r"^[a-z0-9_]+-[a-z0-9_]+-[a-z0-9_]+-")
+_VERSION = re.compile(r"-\d+(\.\d+)*$")
+
+
+def normalise_exe(name: str) -> str:
+    """x86_64-linux-gnu-gcc-12 -> gcc; the basename the allow list is written in."""
+    base = os.path.basename(name)
+    return _VERSION.sub("", _TRIPLET.sub("", base))
+
+
+def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps its state out of reach)
+    import shutil
+    import socket as socket_module
+    import sysconfig
+    import threading
+    from importlib.machinery import SourceFileLoader, SourcelessFileLoader
+
+    O_WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    scratch = _real(policy.scratch_dir)
+    writable = tuple({scratch, *(_real(p) for p in policy.writable)})
+    candidate_roots = tuple({scratch, *(_real(p) for p in policy.candidate_prefixes)})
+    paths = sysconfig.get_paths()
+    stdlib = tuple({_real(paths["stdlib"])})
+    site = tuple({_real(paths[k]) for k in ("purelib", "platlib")} | {_real(p) for p in sys.path
+                                                                       if p.endswith(("site-packages", "dist-packages"))})
+    harness = (_real(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),)   # the ksearch package
+    allow_exec = frozenset(policy.allow_exec)
+    exec_origins = policy.exec_origins
+    lookthrough_files = {"inspect.py", "traceback.py", "bdb.py", "pdb.py", "trace.py", "profile.py",
+                         "cProfile.py", "threading.py", "doctest.py"}
+    kinds: dict[str, str] = {}
+    hook_code: list[Any] = []
+    busy: set[int] = set()
+    reported: set[str] = set()
+    get_ident = threading.get_ident
+    getframe = sys._getframe
+    err_write = os.write
+
+    def kind_of(filename: str) -> str:
+        """candidate | stdlib | library | harness for one code file name (cached)."""
+        k = kinds.get(filename)
+        if k is not None:
+            return k
+        if filename.startswith("<frozen "):
+            k = "stdlib"
+        elif not os.path.isabs(filename):
+            k = "candidate"
+        else:
+            p = _real(filename)
+            if _under(p, candidate_roots):
+                k = "candidate"
+            elif _under(p, site):
+                k = "library"
+            elif _under(p, harness):
+                k = "harness"
+            elif _under(p, stdlib) and os.path.isfile(p):
+                k = "stdlib"
+            else:
+                k = "candidate"
+        kinds[filename] = k
+        return k
+
+    def rel_to_site(filename: str) -> str:
+        p = _real(filename)
+        for root in site + tuple(os.path.dirname(h) for h in harness):
+            if p.startswith(root + os.sep):
+                return p[len(root) + 1:]
+        return p
+
+    def lookthrough(frame: Any) -> bool:
+        code = frame.f_code
+        name = os.path.basename(code.co_filename)
+        if kind_of(code.co_filename) not in ("stdlib", "library"):
+            return False
+        if name in lookthrough_files and kind_of(code.co_filename) == "stdlib":
+            return True
+        if name == "__init__.py" and code.co_filename.endswith(("logging" + os.sep + "__init__.py",)):
+            return code.co_name in ("<lambda>", "currentframe")
+        return code.co_filename.endswith("numpy" + os.sep + "distutils" + os.sep + "misc_util.py")
+
+    def caller_frames() -> Any:
+        """The Python frames of the audited call, innermost first (everything below the hook's frame)."""
+        f = getframe(1)
+        while f is not None and f.f_code is not hook_code[0]:
+            f = f.f_back
+        f = f.f_back if f is not None else None
+        while f is not None:
+            yield f
+            f = f.f_back
+
+    def introspection_origin() -> str:
+        for f in caller_frames():
+            if not lookthrough(f):
+                return kind_of(f.f_code.co_filename)
+        return "stdlib"
+
+    def capability_origin() -> tuple[str, str]:
+        """(kind, file) of the first frame outside the standard library."""
+        for f in caller_frames():
+            fn = f.f_code.co_filename
+            k = kind_of(fn)
+            if k != "stdlib":
+                return k, fn
+        return "stdlib", ""
+
+    def importing_real_file() -> bool:
+        """compile/marshal.loads inside importlib's get_code for a plain file loader (file names honest)."""
+        for f in caller_frames():
+            code = f.f_code
+            if not code.co_filename.startswith("<frozen importlib._bootstrap"):
+                return False
+            if code.co_name == "get_code":
+                loader = f.f_locals.get("self")
+                if type(loader) is SourceFileLoader:
+                    return True
+                if type(loader) is SourcelessFileLoader:
+                    return kind_of(str(getattr(loader, "path", ""))) != "candidate"
+                return False
+        return False
+
+    def refuse(what: str, why: str) -> None:
+        message = f"{PREFIX} {what}: {why}"
+        if message not in reported:
+            reported.add(message)
+            violations.append(message)
+            try:
+                err_write(2, (message + "\n").encode("utf-8", "replace"))
+            except OSError:
+                pass
+        raise PermissionError(message)
+
+    def check_write_path(event: str, path: Any) -> None:
+        if isinstance(path, int) or path is None:
+            return
+        p = os.fsdecode(path) if isinstance(path, (str, bytes)) else None
+        if p is None:
+            refuse(event, f"a path of type {type(path).__name__} (only str and bytes paths may be written)")
+        real = _real(p)
+        if real == "/dev/null" or _under(real, writable):
+            return
+        refuse(f"{event} {p!r}", f"writing outside the scratch directory {scratch}")
+
+    def on_open(args: tuple[Any, ...]) -> None:
+        path, mode, flags = (tuple(args) + (None, None, None))[:3]
+        if isinstance(path, int) or path is None:
+            return
+        writing = (isinstance(flags, int) and flags & O_WRITE) or \
+            (isinstance(mode, str) and any(c in mode for c in "wax+"))
+        if writing:
+            check_write_path("opening for writing", path)
+            return
+        if mode is None:      # os.open: a directory fd outside scratch would let dir_fd= dodge the check
+            p = os.fsdecode(path) if isinstance(path, (str, bytes)) else ""
+            real = _real(p) if p else ""
+            if real and os.path.isdir(real) and not _under(real, writable):
+                refuse(f"os.open of the directory {p!r}", "directory descriptors outside the scratch directory "
+                                                          "would allow writing through dir_fd")
+
+    def on_exec(event: str, args: tuple[Any, ...]) -> None:
+        exe: Any = None
+        if event == "subprocess.Popen":
+            exe = args[0] or (list(args[1])[0] if args[1] else None)
+        elif event in ("os.exec", "os.posix_spawn"):
+            exe = args[0]
+        elif event == "os.spawn":
+            exe = args[1]
+        name = os.fsdecode(exe) if isinstance(exe, (str, bytes)) else str(exe)
+        resolved = shutil.which(name) if os.sep not in name else name
+        base = normalise_exe(os.path.realpath(resolved)) if resolved else ""
+        if base not in allow_exec:
+            refuse(f"starting a process ({event} {name!r})", "only the compiler toolchain may be started "
+                                                             f"({', '.join(sorted(allow_exec))})")
+        kind, fn = capability_origin()
+        if kind not in ("library", "harness") or not rel_to_site(fn).startswith(exec_origins):
+            refuse(f"starting a process ({event} {name!r})", "toolchain processes may only be started by "
+                                                             "triton or torch's extension builder")
+
+    def on_event(event: str, args: tuple[Any, ...]) -> None:
+        if event == "open":
+            on_open(args)
+        elif event in ("os.chmod", "os.chown") and args and isinstance(args[0], int):
+            refuse(event, "changing a file through a descriptor")
+        elif event in _PATH_EVENTS:
+            for i in _PATH_EVENTS[event]:
+                if i < len(args):
+                    check_write_path(event, args[i])
+        elif event == "sqlite3.connect":
+            if args and args[0] not in (":memory:", b":memory:", ""):
+                check_write_path(event, args[0])
+        elif event == "socket.__new__":
+            family = args[1] if len(args) > 1 else None
+            if family not in (socket_module.AF_UNIX, -1, None):
+                refuse(f"creating a socket (family {family})", "candidates have no network")
+        elif event in _SOCKET_EVENTS:
+            refuse(event, "candidates have no network")
+        elif event in ("os.system", "os.fork", "os.forkpty", "pty.spawn"):
+            refuse(event, "candidates may not start processes")
+        elif event in ("os.kill", "os.killpg", "signal.pthread_kill"):
+            refuse(event, "candidates may not send signals")
+        elif event in ("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn"):
+            on_exec(event, args)
+        elif event.startswith(("ctypes.", "cffi.")):
+            kind, _ = capability_origin()
+            if kind != "library":
+                refuse(event, "ctypes/cffi are not available to candidates")
+        elif event in _INTROSPECTION:
+            if introspection_origin() == "candidate":
+                refuse(event, "frame and gc introspection are not available to candidates")
+        elif event == "object.__getattr__":
+            if len(args) > 1 and args[1] in _FRAME_ATTRS and introspection_origin() == "candidate":
+                refuse(f"reading .{args[1]}", "frames are not available to candidates")
+        elif event == "object.__setattr__":
+            if len(args) > 1 and args[1] == "__code__" and introspection_origin() == "candidate":
+                refuse("replacing a function's __code__", "code injection")
+        elif event in ("compile", "code.__new__"):
+            filename = args[1] if len(args) > 1 else None
+            if isinstance(filename, (str, bytes)):
+                fn = os.fsdecode(filename)
+                if kind_of(fn) != "candidate" and capability_origin()[0] != "library" and not importing_real_file():
+                    refuse(f"{event} with file name {fn!r}", "code may not claim to be the standard library, a "
+                                                             "library or the evaluator")
+        elif event == "marshal.loads":
+            if capability_origin()[0] != "library" and not importing_real_file():
+                refuse(event, "loading code objects is not available to candidates")
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event not in _WATCHED and not event.startswith(("ctypes.", "cffi.")):
+            return
+        me = get_ident()
+        if me in busy:            # events raised by the hook's own work (getframe, realpath)
+            return
+        busy.add(me)
+        try:
+            on_event(event, args)
+        finally:
+            busy.discard(me)
+
+    hook_code.append(hook.__code__)
+    return hook
+
+
+# event -> indices of its path arguments that must stay inside the writable roots
+_PATH_EVENTS: dict[str, tuple[int, ...]] = {
+    "os.mkdir": (0,), "os.remove": (0,), "os.rmdir": (0,), "os.rename": (0, 1), "os.link": (0, 1),
+    "os.symlink": (1,), "os.truncate": (0,), "os.utime": (0,), "os.mkfifo": (0,), "os.mknod": (0,),
+    "os.setxattr": (0,), "os.removexattr": (0,), "os.chflags": (0,), "os.lchflags": (0,),
+    "shutil.rmtree": (0,), "shutil.copyfile": (1,), "shutil.copymode": (1,), "shutil.copystat": (1,),
+    "shutil.move": (0, 1),
+}
+_PATH_EVENTS_CHMOD = {"os.chmod": (0,), "os.chown": (0,), "os.lchown": (0,)}
+_PATH_EVENTS.update(_PATH_EVENTS_CHMOD)
+_SOCKET_EVENTS = frozenset({"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
+                            "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo",
+                            "socket.sethostname", "urllib.Request", "http.client.connect", "ftplib.connect",
+                            "smtplib.connect", "poplib.connect", "imaplib.open", "nntplib.connect",
+                            "telnetlib.Telnet.open", "webbrowser.open"})
+_INTROSPECTION = frozenset({"sys._getframe", "sys._current_frames", "sys._current_exceptions", "gc.get_objects",
+                            "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile",
+                            "sys.addaudithook", "sys._getframemodulename", "sys.monitoring.register_callback"})
+_FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+_WATCHED = frozenset({"open", "sqlite3.connect", "socket.__new__", "os.system", "os.fork", "os.forkpty", "pty.spawn",
+                      "os.kill", "os.killpg", "signal.pthread_kill", "subprocess.Popen", "os.exec", "os.posix_spawn",
+                      "os.spawn", "object.__getattr__", "object.__setattr__", "compile", "code.__new__",
+                      "marshal.loads"}) | _SOCKET_EVENTS | _INTROSPECTION | frozenset(_PATH_EVENTS)

@@ -1,0 +1,318 @@
+"""The audit hook in a candidate's forked process refuses each forbidden class, named; honest code still runs.
+
+Every case runs in a fresh child of one fork server (never in the pytest process: an audit hook cannot be
+removed). The candidate's source is written to the scratch directory and imported from there, as the
+evaluator does, after the hook is installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ksearch.eval.audit import AuditPolicy, normalise_exe
+from ksearch.eval.forkserver import ForkServer
+
+
+# ---- runs in the child ------------------------------------------------------------------------------------
+def run_candidate(conn, source: str) -> None:
+    """Target: import the candidate from the scratch dir, call its run(), report what happened."""
+    from ksearch.eval import audit
+
+    path = Path.cwd() / f"cand_{uuid.uuid4().hex[:8]}.py"
+    path.write_text(source)
+    try:
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        result = ("ok", repr(module.run()))
+    except PermissionError as e:
+        result = ("refused", str(e))
+    except Exception as e:  # noqa: BLE001  (reported to the test, which names what it expected)
+        result = ("error", f"{type(e).__name__}: {e}")
+    conn.send((*result, list(audit.violations)))
+
+
+# ---- runs in pytest ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def server():
+    with ForkServer(interpret=True) as s:
+        yield s
+
+
+def judge(server: ForkServer, tmp_path: Path, source: str, timeout: float = 120.0):
+    scratch = tmp_path / "scratch"
+    child = server.spawn("tests.test_audit:run_candidate", textwrap.dedent(source), scratch,
+                         audit=AuditPolicy(scratch_dir=str(scratch)))
+    assert child.conn.poll(timeout), child.output()[0][-3000:]
+    kind, message, violations = child.conn.recv()
+    assert child.wait(30) == 0, child.output()[0][-3000:]
+    return kind, message, violations, child
+
+
+REFUSED = {
+    "builtins_open_via_vars": ('''
+        import sys
+        def run():
+            vars(sys)["modules"]["builtins"].open("/tmp/ksearch_audit_evil.txt", "w").write("x")
+    ''', "opening for writing '/tmp/ksearch_audit_evil.txt'"),
+    "os_open_via_modules": ('''
+        import sys
+        def run():
+            os = vars(sys)["modules"]["os"]
+            os.open("/tmp/ksearch_audit_evil2.txt", os.O_WRONLY | os.O_CREAT)
+    ''', "opening for writing '/tmp/ksearch_audit_evil2.txt'"),
+    "directory_fd": ('''
+        import os
+        def run():
+            root = os.open("/", os.O_RDONLY)
+            os.open("tmp/ksearch_audit_evil3.txt", os.O_WRONLY | os.O_CREAT, dir_fd=root)
+    ''', "os.open of the directory '/'"),
+    "rename_out": ('''
+        import os
+        def run():
+            open("x", "w").close()
+            os.rename("x", "/tmp/ksearch_audit_moved")
+    ''', "os.rename"),
+    "socket_inet": ('''
+        import socket
+        def run():
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM).connect(("127.0.0.1", 9))
+    ''', "creating a socket"),
+    "socket_unix_connect": ('''
+        import socket
+        def run():
+            socket.socket(socket.AF_UNIX).connect("/run/docker.sock")
+    ''', "socket.connect"),
+    "getaddrinfo": ('''
+        import socket
+        def run():
+            socket.getaddrinfo("example.com", 80)
+    ''', "socket.getaddrinfo"),
+    "subprocess": ('''
+        import subprocess
+        def run():
+            subprocess.run(["echo", "hi"])
+    ''', "starting a process (subprocess.Popen"),
+    "compiler_from_candidate": ('''
+        import subprocess
+        def run():
+            subprocess.run(["gcc", "--version"])
+    ''', "may only be started by triton"),
+    "os_system": ('''
+        import os
+        def run():
+            os.system("true")
+    ''', "os.system"),
+    "fork": ('''
+        import sys
+        def run():
+            vars(sys)["modules"]["os"].fork()
+    ''', "os.fork"),
+    "kill": ('''
+        import os, signal
+        def run():
+            os.kill(os.getppid() or 1, signal.SIGTERM)
+    ''', "os.kill"),
+    "ctypes_cdll": ('''
+        import ctypes
+        def run():
+            ctypes.CDLL("libc.so.6")
+    ''', "ctypes.dlopen"),
+    "ctypes_existing_handle": ('''
+        import ctypes
+        def run():
+            ctypes.pythonapi.Py_GetVersion
+    ''', "ctypes.dlsym"),
+    "ctypes_memory": ('''
+        import ctypes
+        def run():
+            ctypes.string_at(id(1), 8)
+    ''', "ctypes.string_at"),
+    "gc_objects": ('''
+        import gc
+        def run():
+            return len(gc.get_objects())
+    ''', "gc.get_objects"),
+    "gc_referrers": ('''
+        import gc, sys
+        def run():
+            return gc.get_referrers(sys.modules)
+    ''', "gc.get_referrers"),
+    "getframe_via_vars": ('''
+        import sys
+        def run():
+            return vars(sys)["_getframe"](1).f_globals
+    ''', "sys._getframe"),
+    "current_frames": ('''
+        import sys
+        def run():
+            return sys._current_frames()
+    ''', "sys._current_frames"),
+    "traceback_tb_frame": ('''
+        def run():
+            try:
+                1 / 0
+            except ZeroDivisionError as e:
+                return e.__traceback__.tb_frame.f_back.f_globals
+    ''', "reading .tb_frame"),
+    "generator_frame": ('''
+        def run():
+            g = (i for i in range(3))
+            return g.gi_frame
+    ''', "reading .gi_frame"),
+    "inspect_currentframe": ('''
+        import inspect
+        def run():
+            return inspect.currentframe().f_back.f_locals
+    ''', "sys._getframe"),
+    "inspect_stack": ('''
+        import inspect
+        def run():
+            return [f.frame.f_globals.get("__name__") for f in inspect.stack()]
+    ''', "sys._getframe"),
+    "settrace": ('''
+        import sys
+        def run():
+            sys.settrace(lambda *a: None)
+    ''', "sys.settrace"),
+    "forged_library_filename": ('''
+        import torch
+        def run():
+            fake = torch.__file__.replace("__init__.py", "fake.py")
+            exec(compile("import sys; f = sys._getframe()", fake, "exec"), {})
+    ''', "code may not claim"),
+    "code_replace": ('''
+        import json
+        def run():
+            def f():
+                pass
+            return f.__code__.replace(co_filename=json.__file__)
+    ''', "code.__new__"),
+    "marshal": ('''
+        import marshal
+        def run():
+            return marshal.loads(marshal.dumps(compile("1", "x", "eval")))
+    ''', "marshal.loads"),
+    "replace_code": ('''
+        import json
+        def run():
+            json.dumps.__code__ = (lambda *a, **k: "forged").__code__
+    ''', "replacing a function's __code__"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_each_forbidden_operation_is_refused_and_named(server, tmp_path, name):
+    source, expected = REFUSED[name]
+    kind, message, violations, child = judge(server, tmp_path, source)
+    assert kind == "refused", (name, kind, message)
+    assert message.startswith("ksearch-audit: refused") and expected in message, message
+    assert message in violations
+    assert message in child.audit_violations()          # the parent saw it on the child's stderr
+
+
+def test_a_second_audit_hook_is_not_added(server, tmp_path):
+    # CPython swallows an Exception raised for sys.addaudithook (the hook is simply not added)
+    kind, message, violations, child = judge(server, tmp_path, '''
+        import sys
+        seen = []
+        def run():
+            sys.addaudithook(lambda e, a: seen.append(e))
+            open(__file__).close()
+            return len(seen)
+    ''')
+    assert kind == "ok" and message == "0", message
+    assert any("sys.addaudithook" in v for v in violations) and violations == child.audit_violations()
+
+
+def test_refusal_is_reported_even_if_the_candidate_clears_the_list(server, tmp_path):
+    kind, message, violations, child = judge(server, tmp_path, '''
+        import gc
+        from ksearch.eval import audit
+        def run():
+            try:
+                gc.get_objects()
+            except PermissionError:
+                pass
+            audit.violations.clear()
+            return "cleared"
+    ''')
+    assert kind == "ok" and violations == []
+    assert any("gc.get_objects" in line for line in child.audit_violations())
+
+
+def test_writes_inside_scratch_and_honest_stdlib_use_pass(server, tmp_path):
+    kind, message, violations, _ = judge(server, tmp_path, '''
+        import dataclasses, logging, tempfile, typing, warnings, collections, os
+        Point = collections.namedtuple("Point", "x y")
+
+        class P(typing.NamedTuple):
+            a: int
+
+        @dataclasses.dataclass
+        class D:
+            b: int = 1
+
+        def run():
+            open("out.txt", "w").write("ok")
+            os.makedirs("sub/dir", exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", delete=False) as f:
+                f.write("t")
+            warnings.warn("just a warning")
+            logging.getLogger("cand").warning("a log line")
+            return (Point(1, 2).x, P(3).a, D().b, open("out.txt").read(), f.name.startswith(os.getcwd()))
+    ''')
+    assert kind == "ok", message
+    assert message == "(1, 3, 1, 'ok', True)" and violations == []
+
+
+def test_triton_kernel_and_torch_ops_work_under_the_hook(server, tmp_path):
+    kind, message, violations, child = judge(server, tmp_path, '''
+        import torch
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            mask = offs < n
+            tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+        def run():
+            x, y = torch.randn(100), torch.randn(100)
+            out = torch.empty_like(x)
+            add[(triton.cdiv(100, 32),)](x, y, out, 100, BLOCK=32)
+            ref = torch.nn.functional.softmax(torch.outer(x, y), dim=0)
+            return bool(torch.allclose(out, x + y)), tuple(ref.shape)
+    ''')
+    assert kind == "ok", (message, child.output()[0][-3000:])
+    assert message == "(True, (100, 100))" and violations == []
+
+
+def test_the_toolchain_may_be_started_by_torch_extension_code(server, tmp_path):
+    if not os.path.exists("/usr/bin/c++"):
+        pytest.skip("no C++ compiler here")
+    kind, message, violations, _ = judge(server, tmp_path, '''
+        from torch.utils import cpp_extension
+        def run():
+            return cpp_extension.check_compiler_ok_for_platform("c++")
+    ''')
+    assert kind == "ok" and message == "True" and violations == [], (message, violations)
+
+
+def test_nothing_was_written_outside(tmp_path):
+    for name in ("ksearch_audit_evil.txt", "ksearch_audit_evil2.txt", "ksearch_audit_evil3.txt",
+                 "ksearch_audit_moved"):
+        assert not os.path.exists(f"/tmp/{name}"), name
+
+
+@pytest.mark.parametrize("name,expected", [("x86_64-linux-gnu-gcc-12", "gcc"), ("g++-13", "g++"), ("ptxas", "ptxas"),
+                                           ("ld.bfd", "ld.bfd"), ("sh", "sh")])
+def test_executable_names_are_normalised(name, expected):
+    assert normalise_exe("/usr/bin/" + name) == expected
