@@ -111,11 +111,32 @@ def _setup(conn: Any, payload: dict[str, Any]) -> _Kernel:
     k.names = task.definition.output_names
     task.workloads_module                   # noqa: B018 - imported now, while files may still be read
     from ksearch.instantiate import loader  # noqa: F401
+    import faulthandler
+    faulthandler.enable(all_threads=True)   # a segfault prints the Python stack to the captured stderr
     if payload.get("sandbox", True):
         from ksearch.eval import audit
-        audit.install(Path(payload["scratch"]), candidate_prefixes=[loader.MODULE_PREFIX],
-                      deny_read=[str(task.dir)])
+        _close_task_files(task.dir)
+        audit.install(payload["scratch"])
     return k
+
+
+def _close_task_files(task_dir: Path) -> None:
+    """From here on nothing in this process opens the task's folder (its reference, its baselines)."""
+    root = os.path.realpath(task_dir)
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+            path = os.fsdecode(args[0])
+            real = os.path.realpath(path)
+            if real == root or real.startswith(root + os.sep):
+                message = f"{REFUSED_PREFIX} reading the task's files: {path}"
+                try:
+                    os.write(2, (message + "\n").encode())
+                except OSError:
+                    pass
+                raise PermissionError(message)
+
+    sys.addaudithook(hook)
 
 
 def _load(k: _Kernel) -> dict[str, Any]:

@@ -439,7 +439,7 @@ class Judge:
         try:
             step()
         except CandidateGone as e:
-            c.fail(e.status, e.message, w.name)
+            c.fail(e.status, e.message, w.name, log=e.message)
             self._end(c)
         except Exception as e:      # the judge's own step failed (its reference, a CUDA error here)
             c.fail(RUNTIME_ERROR, f"evaluation failed on {w.name}: {type(e).__name__}: {e}"[:1500], w.name,
@@ -478,10 +478,10 @@ class Judge:
             refused = []
         if refused:
             why = "the sandbox refused: " + "; ".join(sorted(set(refused)))[:1200]
-            if c.ok or c.report.status in (RUNTIME_ERROR,) + _NUMERIC:
+            if c.report.status != TIMEOUT:
                 c.report.status = PASSED
                 c.fail(INCORRECT_TAMPERING, why)
-        if not c.ok and c.report.status in (RUNTIME_ERROR, TIMEOUT) and exit_note and "exit code 0" not in exit_note:
+        if not c.ok and c.report.status == RUNTIME_ERROR and exit_note and "exit code 0" not in exit_note:
             c.report.log = (c.report.log + "\n" if c.report.log else "") + f"the candidate's process {exit_note}"
         if out.strip():
             c.report.log = (c.report.log + "\n" if c.report.log else "") + \

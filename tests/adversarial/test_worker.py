@@ -23,7 +23,7 @@ def run(*args):
 
 def test_good_kernels_keep_passing_between_bad_ones(task, workloads, baseline):
     bad = [("hang", k.HANG, "TIMEOUT"), ("abort", k.ABORT, "RUNTIME_ERROR"),
-           ("memo", k.MEMOISED, "INCORRECT_NUMERICAL"), ("mutates", k.MUTATES_INPUT, "INCORRECT_INPUT_MODIFIED"),
+           ("memo", k.MEMOISED_COPY, "INCORRECT_NUMERICAL"), ("mutates", k.MUTATES_INPUT, "INCORRECT_INPUT_MODIFIED"),
            ("poison", k.POISONS_REFERENCE, "INCORRECT_NUMERICAL")]
     with Evaluator(task, settings(timeout_s=6, static_checks=False)) as ev:
         assert ev.evaluate(k.GOOD, "good0", workloads, baseline).status == PASSED
