@@ -36,7 +36,9 @@ Interface (for the evaluator)
 - Reaping: see ksearch.eval.reaper. With isolation "namespaces" (the default where permitted) the child
   is PID 2 of its own PID namespace (PID 1 is a do-nothing init, so the child keeps ordinary signal
   semantics) and has its own, empty network namespace; when the child ends or is killed, the namespace's
-  init is killed and the kernel kills everything left in it. With "subreaper" the zygote reaps and kills
+  init is killed and the kernel kills everything left in it; where the kernel allows it the child also
+  has a mount namespace with its own /proc (the judge's /proc/PID cannot be named). With "subreaper"
+  the zygote reaps and kills
   every orphan. Either way `wait()` reports the exit only after the child's descendants are gone.
 - If the zygote dies, its children die with it (PR_SET_PDEATHSIG) and the next spawn starts a new one.
 
@@ -189,6 +191,7 @@ class ForkServer:
         self._children: dict[int, Child] = {}
         self._pending: dict[int, tuple[threading.Event, list[Any]]] = {}
         self._early_exits: dict[int, int] = {}
+        self._restart_lock = threading.Lock()
         self._closed = False
         self._proc: subprocess.Popen[bytes] | None = None
         self._start()
@@ -328,9 +331,10 @@ class ForkServer:
             raise ForkServerError("the fork server is closed")
         if ":" not in target:
             raise ValueError(f"target must be 'module:function', not {target!r}")
-        if not self.zygote_alive():
-            self._reader.join(10)
-            self._start()
+        with self._restart_lock:
+            if not self.zygote_alive():
+                self._reader.join(10)
+                self._start()
         scratch = Path(scratch_dir).resolve()
         scratch.mkdir(parents=True, exist_ok=True)
         cid = next(self._ids)
@@ -421,9 +425,10 @@ class _Record:
 class Zygote:
     """The fork server's loop: imports done, no threads of its own, forks on request, reaps, reports."""
 
-    def __init__(self, sock: socket.socket, isolation: str):
+    def __init__(self, sock: socket.socket, isolation: str, private_proc: bool = False):
         self.sock = sock
         self.isolation = isolation
+        self.private_proc = private_proc
         self.me = os.getpid()
         self.records: dict[int, _Record] = {}
         self.by_pid: dict[int, _Record] = {}
@@ -500,7 +505,8 @@ class Zygote:
     def _fork(self, conn_fd: int, out_fd: int, spec: tuple[Any, ...]) -> int:
         pid = os.fork()
         if pid == 0:
-            _child_main(conn_fd, out_fd, spec, zygote=self.me, new_pid_ns=self.isolation == "namespaces")
+            _child_main(conn_fd, out_fd, spec, zygote=self.me, new_pid_ns=self.isolation == "namespaces",
+                        private_proc=self.private_proc)
         return pid
 
     def _fork_in_namespaces(self, conn_fd: int, out_fd: int, spec: tuple[Any, ...]) -> tuple[int, int]:
@@ -596,7 +602,8 @@ def _init_argv() -> list[str]:
     return []
 
 
-def _child_main(conn_fd: int, out_fd: int, spec: tuple[Any, ...], zygote: int, new_pid_ns: bool) -> None:
+def _child_main(conn_fd: int, out_fd: int, spec: tuple[Any, ...], zygote: int, new_pid_ns: bool,
+                private_proc: bool = False) -> None:
     """In the forked child: contain, set up, receive the payload, audit, run the target. Never returns."""
     code = 70
     try:
@@ -611,6 +618,8 @@ def _child_main(conn_fd: int, out_fd: int, spec: tuple[Any, ...], zygote: int, n
         if not new_pid_ns and os.getppid() != zygote:
             os._exit(71)                  # the zygote died before we asked to die with it
         os.setsid()
+        if private_proc:
+            reaper.make_private_proc()    # probed at start: a failure here fails the child, never silently
         target, scratch, env, audit = spec
         _set_up_environment(Path(scratch), env)
         import faulthandler
@@ -673,7 +682,7 @@ def zygote_main(argv: list[str] | None = None) -> None:
         from ksearch.eval.memory import limit_process
 
         limit_process(config.get("memory_limit") if config.get("interpret") else None)
-        isolation, note = config["isolation"], ""
+        isolation, note, private_proc = config["isolation"], "", False
         if isolation in ("auto", "namespaces"):
             ok, note = reaper.namespaces_available()
             if not ok and isolation == "namespaces":
@@ -681,6 +690,11 @@ def zygote_main(argv: list[str] | None = None) -> None:
             isolation = "namespaces" if ok else "subreaper"
             if not ok:
                 note += "; falling back to a child subreaper (no network isolation)"
+            elif reaper.private_proc_available():
+                note += ", a private /proc"
+                private_proc = True
+            else:
+                note += "; the host's /proc stays visible (a new proc mount was refused)"
         else:
             note = "child subreaper (namespaces not requested)"
         t0 = time.perf_counter()
@@ -695,7 +709,7 @@ def zygote_main(argv: list[str] | None = None) -> None:
         except OSError:
             pass
         os._exit(3)
-    Zygote(sock, isolation).serve()
+    Zygote(sock, isolation, private_proc).serve()
     os._exit(0)
 
 
