@@ -150,3 +150,21 @@ def test_kill_tree_and_sweep_helpers():
     reaper.kill_tree(pid)
     os.waitpid(pid, 0)
     assert wait_for(lambda: _gone(grandchild), 5)
+
+
+def capabilities(conn, payload) -> None:
+    status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+    try:
+        reaper.unshare(reaper.CLONE_NEWNET)
+        unshare = "allowed"
+    except OSError as e:
+        unshare = e.strerror
+    conn.send((status["CapEff"].strip(), status["CapBnd"].strip(), status["NoNewPrivs"].strip(), unshare))
+
+
+def test_children_give_up_capabilities(server, tmp_path):
+    child = server.spawn("tests.test_reaper:capabilities", None, tmp_path)
+    assert child.conn.poll(60), child.output()[0]
+    eff, bnd, nnp, unshare = child.conn.recv()
+    assert int(eff, 16) == 0 and int(bnd, 16) == 0 and nnp == "1", (eff, bnd, nnp)
+    assert "not permitted" in unshare, unshare

@@ -37,7 +37,9 @@ Interface (for the evaluator)
   is PID 2 of its own PID namespace (PID 1 is a do-nothing init, so the child keeps ordinary signal
   semantics) and has its own, empty network namespace; when the child ends or is killed, the namespace's
   init is killed and the kernel kills everything left in it; where the kernel allows it the child also
-  has a mount namespace with its own /proc (the judge's /proc/PID cannot be named). With "subreaper"
+  has a mount namespace with its own /proc (the judge's /proc/PID cannot be named). Every child then
+  gives up all capabilities (bounding set included) and sets no_new_privs (`drop_capabilities=True`, the
+  default): native code cannot mount, unshare, setns, ptrace or load modules. With "subreaper"
   the zygote reaps and kills
   every orphan. Either way `wait()` reports the exit only after the child's descendants are gone.
 - If the zygote dies, its children die with it (PR_SET_PDEATHSIG) and the next spawn starts a new one.
@@ -174,13 +176,15 @@ class ForkServer:
     """Owns one zygote process; thread-safe spawn/kill; restarts the zygote when it has died."""
 
     def __init__(self, preload: list[str] | None = None, interpret: bool = False,
-                 memory_limit_bytes: int | None = None, isolation: str = "auto", startup_timeout: float = 300.0):
+                 memory_limit_bytes: int | None = None, isolation: str = "auto", startup_timeout: float = 300.0,
+                 drop_capabilities: bool = True):
         if isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be one of {ISOLATIONS}, not {isolation!r}")
         self.preload = list(preload or [])
         self.interpret = interpret
         self.memory_limit_bytes = memory_limit_bytes
         self.requested_isolation = isolation
+        self.drop_capabilities = drop_capabilities
         self.startup_timeout = startup_timeout
         self.isolation: str = ""
         self.isolation_note: str = ""
@@ -212,7 +216,7 @@ class ForkServer:
             env.pop("TRITON_INTERPRET", None)
         config = {"fd": theirs.fileno(), "parent": os.getpid(), "interpret": self.interpret,
                   "memory_limit": self.memory_limit_bytes, "preload": self.preload,
-                  "isolation": self.requested_isolation}
+                  "isolation": self.requested_isolation, "drop_capabilities": self.drop_capabilities}
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", "from ksearch.eval.forkserver import zygote_main; zygote_main()",
@@ -425,8 +429,9 @@ class _Record:
 class Zygote:
     """The fork server's loop: imports done, no threads of its own, forks on request, reaps, reports."""
 
-    def __init__(self, sock: socket.socket, isolation: str, private_proc: bool = False):
+    def __init__(self, sock: socket.socket, isolation: str, private_proc: bool = False, drop_caps: bool = True):
         self.sock = sock
+        self.drop_caps = drop_caps
         self.isolation = isolation
         self.private_proc = private_proc
         self.me = os.getpid()
@@ -506,7 +511,7 @@ class Zygote:
         pid = os.fork()
         if pid == 0:
             _child_main(conn_fd, out_fd, spec, zygote=self.me, new_pid_ns=self.isolation == "namespaces",
-                        private_proc=self.private_proc)
+                        private_proc=self.private_proc, drop_caps=self.drop_caps)
         return pid
 
     def _fork_in_namespaces(self, conn_fd: int, out_fd: int, spec: tuple[Any, ...]) -> tuple[int, int]:
@@ -603,7 +608,7 @@ def _init_argv() -> list[str]:
 
 
 def _child_main(conn_fd: int, out_fd: int, spec: tuple[Any, ...], zygote: int, new_pid_ns: bool,
-                private_proc: bool = False) -> None:
+                private_proc: bool = False, drop_caps: bool = False) -> None:
     """In the forked child: contain, set up, receive the payload, audit, run the target. Never returns."""
     code = 70
     try:
@@ -620,6 +625,8 @@ def _child_main(conn_fd: int, out_fd: int, spec: tuple[Any, ...], zygote: int, n
         os.setsid()
         if private_proc:
             reaper.make_private_proc()    # probed at start: a failure here fails the child, never silently
+        if drop_caps:
+            reaper.drop_capabilities()
         target, scratch, env, audit = spec
         _set_up_environment(Path(scratch), env)
         import faulthandler
@@ -709,7 +716,7 @@ def zygote_main(argv: list[str] | None = None) -> None:
         except OSError:
             pass
         os._exit(3)
-    Zygote(sock, isolation, private_proc).serve()
+    Zygote(sock, isolation, private_proc, bool(config.get("drop_capabilities", True))).serve()
     os._exit(0)
 
 

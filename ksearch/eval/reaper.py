@@ -134,6 +134,43 @@ def private_proc_available() -> bool:
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_CAP_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities() -> None:
+    """Give up every capability, for this process and anything it execs; set no_new_privs.
+
+    The process keeps its uid (root stays the owner of root's files, so this is no barrier to writing
+    them), but loses what lets root leave a namespace or reach the kernel: mount, unshare/setns,
+    ptrace of others, raw network, module loading, reading files it does not own. The bounding set is
+    emptied first, so a toolchain binary exec'd later does not get root's capabilities back.
+    """
+    try:
+        last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    except (OSError, ValueError):
+        last = 63
+    for cap in range(last + 1):
+        libc().prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)      # EINVAL for caps this kernel lacks: fine
+    libc().prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = _CapHeader(_CAP_VERSION_3, 0)
+    data = (_CapData * 2)()
+    if libc().capset(ctypes.byref(header), ctypes.byref(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capset: {os.strerror(err)}")
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
 def children_of(pid: int) -> list[int]:
     """Direct children of `pid`, from /proc/<pid>/task/*/children (empty if it is gone)."""
     out: list[int] = []
