@@ -32,7 +32,17 @@ Interface (for the evaluator)
   ("module:function") and calls target(conn, payload). Returning exits 0; an exception prints its
   traceback to the captured stderr and exits 1; SystemExit keeps its code.
 - `conn` is a multiprocessing Connection on a socket pair between the caller of spawn and the child:
-  the zygote only passes the child's end on (SCM_RIGHTS) and never sees the traffic.
+  the zygote only passes the child's end on (SCM_RIGHTS) and never sees the traffic. Under the audit
+  hook, send tensors as `conn.send_bytes(pickle.dumps(x))` (a plain pickle copies the storage):
+  `conn.send(tensor)` goes through torch's multiprocessing reductions, which open a socket listener
+  (multiprocessing.resource_sharer) and are refused. The child may write anything to its end, so the
+  judge must treat what it reads as untrusted data (a per-job token, size limits, plain types only).
+- Harness code that runs in the child after the hook (the target) belongs in ksearch/: the hook counts
+  files of the ksearch package as the evaluator's, and files anywhere else (tests/, the scratch dir,
+  "<string>") as candidate code. Preload the target's module: importing it in every child costs time.
+- What the child can still read: every file the user can (the task's files, the run directory), and
+  /dev/shm. Keep reference outputs in the judge's memory, never in files or shared memory the candidate
+  could open; give the child shared memory for its outputs as a descriptor over conn.
 - Reaping: see ksearch.eval.reaper. With isolation "namespaces" (the default where permitted) the child
   is PID 2 of its own PID namespace (PID 1 is a do-nothing init, so the child keeps ordinary signal
   semantics) and has its own, empty network namespace; when the child ends or is killed, the namespace's
@@ -177,7 +187,7 @@ class ForkServer:
 
     def __init__(self, preload: list[str] | None = None, interpret: bool = False,
                  memory_limit_bytes: int | None = None, isolation: str = "auto", startup_timeout: float = 300.0,
-                 drop_capabilities: bool = True):
+                 drop_capabilities: bool = True, private_proc: bool = True):
         if isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be one of {ISOLATIONS}, not {isolation!r}")
         self.preload = list(preload or [])
@@ -185,6 +195,7 @@ class ForkServer:
         self.memory_limit_bytes = memory_limit_bytes
         self.requested_isolation = isolation
         self.drop_capabilities = drop_capabilities
+        self.private_proc = private_proc      # False: keep the host's /proc (should a driver need it)
         self.startup_timeout = startup_timeout
         self.isolation: str = ""
         self.isolation_note: str = ""
@@ -216,7 +227,8 @@ class ForkServer:
             env.pop("TRITON_INTERPRET", None)
         config = {"fd": theirs.fileno(), "parent": os.getpid(), "interpret": self.interpret,
                   "memory_limit": self.memory_limit_bytes, "preload": self.preload,
-                  "isolation": self.requested_isolation, "drop_capabilities": self.drop_capabilities}
+                  "isolation": self.requested_isolation, "drop_capabilities": self.drop_capabilities,
+                  "private_proc": self.private_proc}
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", "from ksearch.eval.forkserver import zygote_main; zygote_main()",
@@ -697,6 +709,8 @@ def zygote_main(argv: list[str] | None = None) -> None:
             isolation = "namespaces" if ok else "subreaper"
             if not ok:
                 note += "; falling back to a child subreaper (no network isolation)"
+            elif not config.get("private_proc", True):
+                note += "; the host's /proc stays visible (private_proc=False)"
             elif reaper.private_proc_available():
                 note += ", a private /proc"
                 private_proc = True
