@@ -79,6 +79,11 @@ REFUSED = {
             open("x", "w").close()
             os.rename("x", "/tmp/ksearch_audit_moved")
     ''', "os.rename"),
+    "proc_of_another_process": ('''
+        import os
+        def run():
+            return open(f"/proc/{os.getppid() or 1}/environ", "rb").read()
+    ''', "other processes' /proc entries"),
     "socket_inet": ('''
         import socket
         def run():

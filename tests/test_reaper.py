@@ -17,7 +17,7 @@ from ksearch.eval.sandbox import wait_for
 
 # ---- runs in the child ------------------------------------------------------------------------------------
 def _global_pid() -> int:
-    return int(os.readlink("/proc/self"))       # the host's /proc: the pid the test can check
+    return int(os.readlink("/proc/self"))
 
 
 def spawn_daemons(conn, payload: dict) -> None:
@@ -50,6 +50,10 @@ def try_network(conn, port: int) -> None:
         conn.send(f"refused: {e}")
 
 
+def list_proc(conn, payload) -> None:
+    conn.send((sorted(int(p) for p in os.listdir("/proc") if p.isdigit()), os.readlink("/proc/self")))
+
+
 # ---- runs in pytest ---------------------------------------------------------------------------------------
 def _gone(pid: int) -> bool:
     return not reaper.alive(pid)
@@ -71,26 +75,29 @@ def server(request):
 def test_setsid_and_double_fork_do_not_survive(server, tmp_path, hang):
     child = server.spawn("tests.test_reaper:spawn_daemons", {"hang": hang}, tmp_path)
     assert child.conn.poll(60), child.output()[0]
-    pids = child.conn.recv()
-    assert len(pids) == 3 and all(reaper.alive(p) for p in pids[1:])
+    reported = child.conn.recv()          # pids as the child sees them (its namespace's, with a private /proc)
+    # seen from here: everything under the zygote (the namespace's init, the child, both daemons)
+    tree = [p for p in reaper.descendants(server.zygote_pid) if reaper.alive(p)]
+    assert len(reported) == 3 and len(tree) >= 3, (reported, tree)
     if hang:
         assert child.wait(0.5) is None
         child.kill()
     else:
         assert child.wait(30) is not None
     # the exit is reported only once everything is gone: no waiting needed
-    assert all(_gone(p) for p in pids), [(p, reaper.alive(p)) for p in pids]
+    assert [p for p in tree if reaper.alive(p)] == []
+    assert [p for p in reaper.descendants(server.zygote_pid) if reaper.alive(p)] == []
     assert child.returncode == (-signal.SIGKILL if hang else 0)
 
 
 def test_close_kills_every_child_and_the_zygote(tmp_path):
     s = ForkServer(interpret=True, isolation=_isolations()[0])
     children = [s.spawn("tests.test_reaper:spawn_daemons", {"hang": True}, tmp_path / str(i)) for i in range(2)]
-    pids = []
     for c in children:
         assert c.conn.poll(60)
-        pids += c.conn.recv()
     zygote = s.zygote_pid
+    pids = reaper.descendants(zygote)
+    assert len(pids) >= 6
     s.close()
     assert wait_for(lambda: all(_gone(p) for p in pids + [zygote]), 5)
     assert all(c.returncode is not None for c in children)
@@ -118,6 +125,17 @@ def test_namespaced_candidate_has_no_network(tmp_path):
     assert control == "connected"
 
 
+def test_namespaced_candidate_sees_only_its_namespace_in_proc(tmp_path):
+    if "namespaces" not in _isolations() or not reaper.private_proc_available():
+        pytest.skip("a private /proc is not permitted here")
+    with ForkServer(interpret=True, isolation="namespaces") as s:
+        assert "private /proc" in s.isolation_note
+        child = s.spawn("tests.test_reaper:list_proc", None, tmp_path)
+        assert child.conn.poll(60), child.output()[0]
+        pids, me = child.conn.recv()
+    assert pids == [1, 2] and me == "2"           # its init and itself: the judge cannot be named
+
+
 def test_kill_tree_and_sweep_helpers():
     # a plain process tree outside any fork server: kill_tree takes the daemon child too
     pid = os.fork()
@@ -132,3 +150,21 @@ def test_kill_tree_and_sweep_helpers():
     reaper.kill_tree(pid)
     os.waitpid(pid, 0)
     assert wait_for(lambda: _gone(grandchild), 5)
+
+
+def capabilities(conn, payload) -> None:
+    status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+    try:
+        reaper.unshare(reaper.CLONE_NEWNET)
+        unshare = "allowed"
+    except OSError as e:
+        unshare = e.strerror
+    conn.send((status["CapEff"].strip(), status["CapBnd"].strip(), status["NoNewPrivs"].strip(), unshare))
+
+
+def test_children_give_up_capabilities(server, tmp_path):
+    child = server.spawn("tests.test_reaper:capabilities", None, tmp_path)
+    assert child.conn.poll(60), child.output()[0]
+    eff, bnd, nnp, unshare = child.conn.recv()
+    assert int(eff, 16) == 0 and int(bnd, 16) == 0 and nnp == "1", (eff, bnd, nnp)
+    assert "not permitted" in unshare, unshare

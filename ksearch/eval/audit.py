@@ -4,6 +4,7 @@
 process before any candidate code is imported; Python code cannot remove an audit hook. From then on the
 hook refuses, by raising PermissionError("ksearch-audit: refused <operation>: <why>"):
 
+- opening another process's /proc/PID entries (its memory, descriptors, environment, namespaces);
 - file writes outside the scratch directory (open/os.open for writing, and mkdir, remove, rename, link,
   symlink, chmod, chown, truncate, utime, mknod, sqlite3.connect), and opening a directory outside it as a
   file descriptor (an os.open(..., dir_fd=) trick would otherwise dodge the path check);
@@ -115,6 +116,7 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
     return any(path == r or path.startswith(r + os.sep) or r == os.sep for r in roots)
 
 
+_PROC_PID = re.compile(r"^/proc/(\d+)(/|$)")
 _TRIPLET = re.compile(r"^[a-z0-9_]+-[a-z0-9_]+-[a-z0-9_]+-")
 _VERSION = re.compile(r"-\d+(\.\d+)*$")
 
@@ -152,6 +154,7 @@ def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps it
     get_ident = threading.get_ident
     getframe = sys._getframe
     err_write = os.write
+    own_pid = os.path.basename(os.path.realpath("/proc/self"))    # our pid as this /proc names it
 
     def kind_of(filename: str) -> str:
         """candidate | stdlib | library | harness for one code file name (cached)."""
@@ -261,6 +264,12 @@ def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps it
         path, mode, flags = (tuple(args) + (None, None, None))[:3]
         if isinstance(path, int) or path is None:
             return
+        if isinstance(path, (str, bytes)):
+            real = _real(os.fsdecode(path))
+            m = _PROC_PID.match(real)
+            if m and m.group(1) != own_pid:
+                refuse(f"opening {os.fsdecode(path)!r}", "other processes' /proc entries (memory, descriptors, "
+                                                        "namespaces) are off limits")
         writing = (isinstance(flags, int) and flags & O_WRITE) or \
             (isinstance(mode, str) and any(c in mode for c in "wax+"))
         if writing:

@@ -32,11 +32,25 @@ Interface (for the evaluator)
   ("module:function") and calls target(conn, payload). Returning exits 0; an exception prints its
   traceback to the captured stderr and exits 1; SystemExit keeps its code.
 - `conn` is a multiprocessing Connection on a socket pair between the caller of spawn and the child:
-  the zygote only passes the child's end on (SCM_RIGHTS) and never sees the traffic.
+  the zygote only passes the child's end on (SCM_RIGHTS) and never sees the traffic. Under the audit
+  hook, send tensors as `conn.send_bytes(pickle.dumps(x))` (a plain pickle copies the storage):
+  `conn.send(tensor)` goes through torch's multiprocessing reductions, which open a socket listener
+  (multiprocessing.resource_sharer) and are refused. The child may write anything to its end, so the
+  judge must treat what it reads as untrusted data (a per-job token, size limits, plain types only).
+- Harness code that runs in the child after the hook (the target) belongs in ksearch/: the hook counts
+  files of the ksearch package as the evaluator's, and files anywhere else (tests/, the scratch dir,
+  "<string>") as candidate code. Preload the target's module: importing it in every child costs time.
+- What the child can still read: every file the user can (the task's files, the run directory), and
+  /dev/shm. Keep reference outputs in the judge's memory, never in files or shared memory the candidate
+  could open; give the child shared memory for its outputs as a descriptor over conn.
 - Reaping: see ksearch.eval.reaper. With isolation "namespaces" (the default where permitted) the child
   is PID 2 of its own PID namespace (PID 1 is a do-nothing init, so the child keeps ordinary signal
   semantics) and has its own, empty network namespace; when the child ends or is killed, the namespace's
-  init is killed and the kernel kills everything left in it. With "subreaper" the zygote reaps and kills
+  init is killed and the kernel kills everything left in it; where the kernel allows it the child also
+  has a mount namespace with its own /proc (the judge's /proc/PID cannot be named). Every child then
+  gives up all capabilities (bounding set included) and sets no_new_privs (`drop_capabilities=True`, the
+  default): native code cannot mount, unshare, setns, ptrace or load modules. With "subreaper"
+  the zygote reaps and kills
   every orphan. Either way `wait()` reports the exit only after the child's descendants are gone.
 - If the zygote dies, its children die with it (PR_SET_PDEATHSIG) and the next spawn starts a new one.
 
@@ -172,13 +186,16 @@ class ForkServer:
     """Owns one zygote process; thread-safe spawn/kill; restarts the zygote when it has died."""
 
     def __init__(self, preload: list[str] | None = None, interpret: bool = False,
-                 memory_limit_bytes: int | None = None, isolation: str = "auto", startup_timeout: float = 300.0):
+                 memory_limit_bytes: int | None = None, isolation: str = "auto", startup_timeout: float = 300.0,
+                 drop_capabilities: bool = True, private_proc: bool = True):
         if isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be one of {ISOLATIONS}, not {isolation!r}")
         self.preload = list(preload or [])
         self.interpret = interpret
         self.memory_limit_bytes = memory_limit_bytes
         self.requested_isolation = isolation
+        self.drop_capabilities = drop_capabilities
+        self.private_proc = private_proc      # False: keep the host's /proc (should a driver need it)
         self.startup_timeout = startup_timeout
         self.isolation: str = ""
         self.isolation_note: str = ""
@@ -189,6 +206,7 @@ class ForkServer:
         self._children: dict[int, Child] = {}
         self._pending: dict[int, tuple[threading.Event, list[Any]]] = {}
         self._early_exits: dict[int, int] = {}
+        self._restart_lock = threading.Lock()
         self._closed = False
         self._proc: subprocess.Popen[bytes] | None = None
         self._start()
@@ -209,7 +227,8 @@ class ForkServer:
             env.pop("TRITON_INTERPRET", None)
         config = {"fd": theirs.fileno(), "parent": os.getpid(), "interpret": self.interpret,
                   "memory_limit": self.memory_limit_bytes, "preload": self.preload,
-                  "isolation": self.requested_isolation}
+                  "isolation": self.requested_isolation, "drop_capabilities": self.drop_capabilities,
+                  "private_proc": self.private_proc}
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", "from ksearch.eval.forkserver import zygote_main; zygote_main()",
@@ -328,9 +347,10 @@ class ForkServer:
             raise ForkServerError("the fork server is closed")
         if ":" not in target:
             raise ValueError(f"target must be 'module:function', not {target!r}")
-        if not self.zygote_alive():
-            self._reader.join(10)
-            self._start()
+        with self._restart_lock:
+            if not self.zygote_alive():
+                self._reader.join(10)
+                self._start()
         scratch = Path(scratch_dir).resolve()
         scratch.mkdir(parents=True, exist_ok=True)
         cid = next(self._ids)
@@ -421,9 +441,11 @@ class _Record:
 class Zygote:
     """The fork server's loop: imports done, no threads of its own, forks on request, reaps, reports."""
 
-    def __init__(self, sock: socket.socket, isolation: str):
+    def __init__(self, sock: socket.socket, isolation: str, private_proc: bool = False, drop_caps: bool = True):
         self.sock = sock
+        self.drop_caps = drop_caps
         self.isolation = isolation
+        self.private_proc = private_proc
         self.me = os.getpid()
         self.records: dict[int, _Record] = {}
         self.by_pid: dict[int, _Record] = {}
@@ -500,7 +522,8 @@ class Zygote:
     def _fork(self, conn_fd: int, out_fd: int, spec: tuple[Any, ...]) -> int:
         pid = os.fork()
         if pid == 0:
-            _child_main(conn_fd, out_fd, spec, zygote=self.me, new_pid_ns=self.isolation == "namespaces")
+            _child_main(conn_fd, out_fd, spec, zygote=self.me, new_pid_ns=self.isolation == "namespaces",
+                        private_proc=self.private_proc, drop_caps=self.drop_caps)
         return pid
 
     def _fork_in_namespaces(self, conn_fd: int, out_fd: int, spec: tuple[Any, ...]) -> tuple[int, int]:
@@ -596,7 +619,8 @@ def _init_argv() -> list[str]:
     return []
 
 
-def _child_main(conn_fd: int, out_fd: int, spec: tuple[Any, ...], zygote: int, new_pid_ns: bool) -> None:
+def _child_main(conn_fd: int, out_fd: int, spec: tuple[Any, ...], zygote: int, new_pid_ns: bool,
+                private_proc: bool = False, drop_caps: bool = False) -> None:
     """In the forked child: contain, set up, receive the payload, audit, run the target. Never returns."""
     code = 70
     try:
@@ -611,6 +635,10 @@ def _child_main(conn_fd: int, out_fd: int, spec: tuple[Any, ...], zygote: int, n
         if not new_pid_ns and os.getppid() != zygote:
             os._exit(71)                  # the zygote died before we asked to die with it
         os.setsid()
+        if private_proc:
+            reaper.make_private_proc()    # probed at start: a failure here fails the child, never silently
+        if drop_caps:
+            reaper.drop_capabilities()
         target, scratch, env, audit = spec
         _set_up_environment(Path(scratch), env)
         import faulthandler
@@ -673,7 +701,7 @@ def zygote_main(argv: list[str] | None = None) -> None:
         from ksearch.eval.memory import limit_process
 
         limit_process(config.get("memory_limit") if config.get("interpret") else None)
-        isolation, note = config["isolation"], ""
+        isolation, note, private_proc = config["isolation"], "", False
         if isolation in ("auto", "namespaces"):
             ok, note = reaper.namespaces_available()
             if not ok and isolation == "namespaces":
@@ -681,6 +709,13 @@ def zygote_main(argv: list[str] | None = None) -> None:
             isolation = "namespaces" if ok else "subreaper"
             if not ok:
                 note += "; falling back to a child subreaper (no network isolation)"
+            elif not config.get("private_proc", True):
+                note += "; the host's /proc stays visible (private_proc=False)"
+            elif reaper.private_proc_available():
+                note += ", a private /proc"
+                private_proc = True
+            else:
+                note += "; the host's /proc stays visible (a new proc mount was refused)"
         else:
             note = "child subreaper (namespaces not requested)"
         t0 = time.perf_counter()
@@ -695,7 +730,7 @@ def zygote_main(argv: list[str] | None = None) -> None:
         except OSError:
             pass
         os._exit(3)
-    Zygote(sock, isolation).serve()
+    Zygote(sock, isolation, private_proc, bool(config.get("drop_capabilities", True))).serve()
     os._exit(0)
 
 

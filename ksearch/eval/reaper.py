@@ -7,7 +7,11 @@ Two ways, picked per fork server (`isolation=`):
   kernel kills every other process in it and waits for them, whatever they did (setsid, double fork,
   ignoring signals): nothing can outlive the candidate. The new network namespace holds only a loopback
   interface that is down: no network at all, not even to localhost services of the host. The candidate
-  also cannot see or signal any process outside its namespace (the judge included).
+  also cannot see or signal any process outside its namespace (the judge included): where the kernel
+  allows a new proc mount, the candidate gets a mount namespace with its own /proc, so /proc/PID of the
+  judge (its memory, descriptors and namespaces) cannot even be named. Where it does not (some
+  containers mask /proc), the audit hook still refuses Python opens of other processes' /proc entries,
+  but native code could read the host's /proc.
 - "subreaper" (the fallback when unshare is refused: not root, or a container that forbids it). The fork
   server marks itself a child subreaper (PR_SET_CHILD_SUBREAPER), so every orphan of a candidate is
   re-parented to it instead of to init, setsid and double forks included; when a candidate ends, the
@@ -87,6 +91,84 @@ def namespaces_available() -> tuple[bool, str]:
         return True, "PID and network namespaces"
     errno_ = code - 10 if code >= 10 else 0
     return False, f"unshare(CLONE_NEWPID|CLONE_NEWNET) refused ({os.strerror(errno_) if errno_ else code})"
+
+
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
+
+
+def _mount(source: bytes | None, target: bytes, fstype: bytes | None, flags: int) -> None:
+    mount = libc().mount
+    mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    if mount(source, target, fstype, flags, None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {target.decode()}: {os.strerror(err)}")
+
+
+def make_private_proc() -> None:
+    """In a process that is in a new PID namespace: a mount namespace of its own with a /proc that shows
+    only that namespace. Without it the host's /proc would name the judge's process, whose memory
+    (/proc/PID/mem), descriptors (/proc/PID/fd) and namespaces (/proc/PID/ns, a way back to the network)
+    root may open."""
+    unshare(CLONE_NEWNS)
+    _mount(None, b"/", None, MS_REC | MS_PRIVATE)        # our mounts must not propagate to the host
+    _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def private_proc_available() -> bool:
+    """Probe make_private_proc() in a throwaway PID namespace (containers may refuse a new proc mount)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            unshare(CLONE_NEWPID)
+            inner = os.fork()
+            if inner == 0:
+                try:
+                    make_private_proc()
+                    os._exit(0 if os.readlink("/proc/self") == "1" else 1)
+                except BaseException:
+                    os._exit(1)
+            code = os.waitstatus_to_exitcode(os.waitpid(inner, 0)[1])
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_CAP_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities() -> None:
+    """Give up every capability, for this process and anything it execs; set no_new_privs.
+
+    The process keeps its uid (root stays the owner of root's files, so this is no barrier to writing
+    them), but loses what lets root leave a namespace or reach the kernel: mount, unshare/setns,
+    ptrace of others, raw network, module loading, reading files it does not own. The bounding set is
+    emptied first, so a toolchain binary exec'd later does not get root's capabilities back.
+    """
+    try:
+        last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    except (OSError, ValueError):
+        last = 63
+    for cap in range(last + 1):
+        libc().prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)      # EINVAL for caps this kernel lacks: fine
+    libc().prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = _CapHeader(_CAP_VERSION_3, 0)
+    data = (_CapData * 2)()
+    if libc().capset(ctypes.byref(header), ctypes.byref(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capset: {os.strerror(err)}")
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
 def children_of(pid: int) -> list[int]:
