@@ -16,7 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ksearch.store.history import Evaluation, RunHistory
-from ksearch.viz.speedups import measured_vs_parent, parent_score, predicted_speedup
+from ksearch.viz.short_ids import ShortIds
+from ksearch.viz.speedups import base_node, measured_vs_parent, parent_score, predicted_speedup
 from ksearch.world_model import Node, WorldModel
 
 
@@ -24,11 +25,10 @@ def render_node(history: RunHistory, node_id: str) -> Group:
     wm = history.world_model()
     if wm is None:
         raise KeyError(f"{history.run_dir}: the run has no world model yet, so it has no node {node_id!r}")
-    if node_id not in wm:
-        raise KeyError(f"no node {node_id!r} in this run; node ids are shown in `ksearch show {history.run_dir}`")
-    node = wm.node(node_id)
+    ids = ShortIds.from_history(history).covering(wm)
+    node = wm.node(ids.resolve(node_id, wm))
     shown = _shown_evaluation(history, node)
-    parts: list[RenderableType] = [_plan(wm, node)]
+    parts: list[RenderableType] = [_plan(wm, node, ids)]
     if node.notes:
         parts.append(Panel(Text(node.notes), title="model's notes", title_align="left", border_style="dim"))
     parts.append(_attempts(history, node))
@@ -48,12 +48,12 @@ def _shown_evaluation(history: RunHistory, node: Node) -> Evaluation | None:
     return attempts[-1] if attempts else None
 
 
-def _plan(wm: WorldModel, node: Node) -> Panel:
+def _plan(wm: WorldModel, node: Node, ids: ShortIds) -> Panel:
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column()
-    path = " > ".join(n.node_id for n in wm.path(node.node_id))
-    t.add_row("path", path)
+    t.add_row("path", " > ".join(n.node_id for n in wm.path(node.node_id)))
+    t.add_row("short ids", " > ".join(ids.short(n.node_id) for n in wm.path(node.node_id)))
     t.add_row("status", f"{node.status}" + (" (retired after failed cycles)" if node.retired else ""))
     t.add_row("decision", node.decision or "-")
     t.add_row("choice", node.choice or "-")
@@ -72,15 +72,22 @@ def _plan(wm: WorldModel, node: Node) -> Panel:
         t.add_row("difficulty", f"{a.difficulty}   priority {a.score:.2f}")
         meas, base, predicted = measured_vs_parent(wm, node), parent_score(wm, node), predicted_speedup(node)
         pred = f"{predicted:.3g}x" if predicted else "-"
-        t.add_row("vs parent", f"predicted {pred}, measured " + (f"{meas:.3g}x (score {node.solution.score:.4g} / "
-                                                                 f"parent {base:.4g})" if meas is not None else "-"))
+        parent = base_node(wm, node)
+        if parent is not None and parent.is_root and not (parent.solution and parent.solution.score):
+            # a family: the root holds no kernel, so the prediction and the measurement are against the baseline
+            t.add_row("vs baseline", f"predicted {pred}, measured " + (f"{meas:.3g}x (the parent is the root, "
+                                                                         f"which holds no kernel)"
+                                                                         if meas is not None else "-"))
+        else:
+            t.add_row("vs parent", f"predicted {pred}, measured " + (f"{meas:.3g}x (score {node.solution.score:.4g} / "
+                                                                     f"parent {base:.4g})" if meas is not None else "-"))
         if a.params:
             t.add_row("params", json.dumps(a.params, sort_keys=True))
     if node.solution:
         s = node.solution
         t.add_row("solution", f"{s.solution_id} (attached in round {s.round_index}, {s.status}"
                   + (f", {s.score_name} {s.score:.4g}x" if s.score is not None else "") + ")")
-    return Panel(t, title=f"node {node.node_id}", title_align="left")
+    return Panel(t, title=f"node {node.node_id} ({ids.short(node.node_id)})", title_align="left")
 
 
 def _attempts(history: RunHistory, node: Node) -> RenderableType:
