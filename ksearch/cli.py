@@ -231,6 +231,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tui(args: argparse.Namespace) -> int:
+    from ksearch.viz.tui import run_tui
+
+    return run_tui(Path(args.run_dir))
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from ksearch.store import load_history
     from ksearch.viz.compare import compare_json, compare_rows, compare_table, default_target, expand_run_dirs
@@ -326,6 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("run_dir")
     rp.add_argument("--out", default=None, help="output folder (default RUN_DIR/report)")
     rp.set_defaults(fn=cmd_report)
+    ui = sub.add_parser("tui", help="walk a run's plan tree in an interactive terminal app (follows a live run)")
+    ui.add_argument("run_dir")
+    ui.set_defaults(fn=cmd_tui)
     c = sub.add_parser("compare", help="runs side by side (run folders, or a sweep folder)")
     c.add_argument("run_dirs", nargs="+")
     c.add_argument("--target", type=float, default=None,

@@ -16,11 +16,22 @@ from ksearch.viz.speedups import prediction_points
 from ksearch.world_model import Action, AttachedSolution, Node
 
 
+_RECORDED: dict[str, Path] = {}
+
+
+def recorded_run(tmp_path_factory) -> Path:
+    """A real tiny CPU search (4 rounds), made once per test session and shared by the view tests
+    (test_show_width, test_tui, test_html_report import it). Tests only read it or copy it."""
+    if "real" not in _RECORDED:
+        path = tmp_path_factory.mktemp("runs") / "real"
+        assert main(["run", f"run.dir={path}", "search.max_rounds=4", "run.live=false"]) == 0
+        _RECORDED["real"] = path
+    return _RECORDED["real"]
+
+
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
-    path = tmp_path_factory.mktemp("runs") / "real"
-    assert main(["run", f"run.dir={path}", "search.max_rounds=4", "run.live=false"]) == 0
-    return path
+    return recorded_run(tmp_path_factory)
 
 
 # ---- a hand-written run -------------------------------------------------------------------------------
