@@ -224,6 +224,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ksearch.viz.report import write_report
 
     history = load_history(args.run_dir)
+    if args.html:
+        from ksearch.viz.html_report import write_html_report
+
+        path = write_html_report(history, Path(args.out) if args.out else None)
+        console.print(f"report written to {path} (one self-contained file)", highlight=False)
+        return 0
     path = write_report(history, Path(args.out) if args.out else None)
     console.print(f"report written to {path}", highlight=False)
     for png in sorted(path.parent.glob("*.png")):
@@ -331,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write report.md with plots for a run")
     rp.add_argument("run_dir")
     rp.add_argument("--out", default=None, help="output folder (default RUN_DIR/report)")
+    rp.add_argument("--html", action="store_true", help="one self-contained report.html instead (tree, plots, kernels)")
     rp.set_defaults(fn=cmd_report)
     ui = sub.add_parser("tui", help="walk a run's plan tree in an interactive terminal app (follows a live run)")
     ui.add_argument("run_dir")
