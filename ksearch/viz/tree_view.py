@@ -159,8 +159,8 @@ def legend(history: RunHistory | None, width: int) -> Text:
     """What the columns mean, in two lines."""
     against = history.baseline.label if history and history.baseline else "the baseline"
     return Text(_fit(f"vs base: against {against}; vs par: against the parent's kernel (-: it has none)", width)
-                + "\n" + _fit("pred->meas: predicted -> measured speedup over the parent's kernel (a family: "
-                               "over the baseline); ━ best path", width), style="dim", no_wrap=True)
+                + "\n" + _fit("pred->meas: predicted -> measured over the parent's kernel (family: over the "
+                               "baseline); ━ best path", width), style="dim", no_wrap=True)
 
 
 def family_table(wm: WorldModel, ids: ShortIds | None = None, width: int | None = None) -> Table:
