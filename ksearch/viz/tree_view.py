@@ -60,8 +60,7 @@ def render_tree(wm: WorldModel, *, root_id: str | None = None, max_depth: int | 
             out.append(child)
         return out
 
-    tree_depth = max((wm.depth(n.node_id) - base_depth for n in wm.nodes()
-                      if start.node_id in {p.node_id for p in wm.path(n.node_id)}), default=0)
+    tree_depth = max(rows[n].depth - base_depth for n in nx.descendants(wm.graph, start.node_id) | {start.node_id})
     fold = None
     if max_rows is not None:
         fold = tree_depth + 1
@@ -90,7 +89,7 @@ def _lines(wm: WorldModel, rows: dict[str, NodeRow], start: Node, kids, fold: in
         row = rows[node_id]
         depth = row.depth - base_depth
         if fold is not None and depth >= fold and not row.on_best_path and children:
-            hidden = [d for c in children for d in _subtree(wm, c.node_id)]
+            hidden = [d for c in children for d in _subtree(c.node_id, kids)]
             out.append((indent + "└─", None, hidden, False))
             return
         for i, child in enumerate(children):
@@ -105,8 +104,9 @@ def _lines(wm: WorldModel, rows: dict[str, NodeRow], start: Node, kids, fold: in
     return out
 
 
-def _subtree(wm: WorldModel, node_id: str) -> list[str]:
-    return [node_id] + [d for c in wm.children(node_id, include_pruned=True) for d in _subtree(wm, c.node_id)]
+def _subtree(node_id: str, kids) -> list[str]:
+    """`node_id` and everything below it that the filters and the depth limit let through."""
+    return [node_id] + [d for c in kids(node_id) for d in _subtree(c.node_id, kids)]
 
 
 def _fit(text: str, width: int) -> str:

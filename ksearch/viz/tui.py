@@ -15,16 +15,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.console import Group, RenderableType
+from rich.syntax import Syntax
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, ScrollableContainer
 from textual.widgets import Footer, Static, TabbedContent, TabPane, Tree
 from textual.widgets.tree import TreeNode
 
 from ksearch.store.history import NotARunError, RunHistory, load_history
 from ksearch.viz.node_rows import NodeRow, node_rows, speedup
-from ksearch.viz.node_view import node_sections
+from ksearch.viz.node_view import kernel_diff, node_sections, shown_evaluation
 from ksearch.viz.short_ids import ShortIds
 from ksearch.viz.speedups import families
 from ksearch.viz.tree_view import NODE_STATUSES, run_summary
@@ -36,9 +38,14 @@ _STATUS_STYLE = {"closed": "green", "open": "cyan", "failed": "red", "pruned": "
 
 def run_tui(run_dir: Path, poll_s: float = 1.0) -> int:
     """Open the app on `run_dir` until the user quits. Raises NotARunError when there is no run there."""
-    load_history(run_dir)       # fail before taking the screen, with the message that says what to pass
+    if not (Path(run_dir) / "config.yaml").is_file():     # a run just started has a config, maybe no records
+        load_history(run_dir)   # fail before taking the screen, with the message that says what to pass
     RunBrowser(Path(run_dir), poll_s=poll_s).run()
     return 0
+
+
+def _widest(text: str) -> int:
+    return max((len(line.expandtabs()) for line in text.splitlines()), default=0)
 
 
 class RunBrowser(App[None]):
@@ -49,6 +56,7 @@ class RunBrowser(App[None]):
     #body { height: 1fr; }
     #tree { width: 45%; min-width: 36; border-right: solid $primary-darken-2; }
     #detail { width: 1fr; }
+    .pane { min-width: 100%; }
     #status { height: auto; max-height: 3; padding: 0 1; background: $boost; }
     """
     BINDINGS = [
@@ -86,8 +94,8 @@ class RunBrowser(App[None]):
             with TabbedContent(id="detail", initial="tab-plan"):
                 for name in SECTIONS:
                     with TabPane(name, id=f"tab-{name}"):
-                        with VerticalScroll():
-                            yield Static(id=f"pane-{name}")
+                        with ScrollableContainer():      # long kernel lines scroll sideways
+                            yield Static(id=f"pane-{name}", classes="pane")
         yield Static(id="status")
         yield Footer()
 
@@ -241,8 +249,34 @@ class RunBrowser(App[None]):
             return
         self._shown = (node_id, signature)
         sections = node_sections(self.history, node_id, wm=self.wm, ids=self.ids)
+        widths: dict[str, int] = {}
+        code = self._code_sections(node_id)
+        for name, (renderable, width) in code.items():
+            sections[name], widths[name] = renderable, width
         for name in SECTIONS:
-            self.query_one(f"#pane-{name}", Static).update(sections[name])
+            pane = self.query_one(f"#pane-{name}", Static)
+            pane.styles.width = widths.get(name, "auto")    # code as wide as its longest line: scroll sideways
+            pane.update(sections[name])
+
+    def _code_sections(self, node_id: str) -> dict[str, tuple[RenderableType, int]]:
+        """The kernel and the diff without a frame, each as wide as its longest line."""
+        h, wm = self.history, self.wm
+        node = wm.node(node_id)
+        shown = shown_evaluation(h, node)
+        src = h.solution_source(shown.solution_id) if shown else None
+        if shown is None or src is None:
+            return {}
+        sid = shown.solution_id
+        label = "attached kernel" if node.solution and node.solution.solution_id == sid else "last attempt's kernel"
+        out = {"kernel": (Group(Text(f"{label} {sid}", style="bold"),
+                                Syntax(src, h.solution_language(sid), line_numbers=True, word_wrap=False)),
+                          _widest(src) + 8)}
+        base_sid, diff = kernel_diff(h, wm, node, sid)
+        if diff is not None:
+            diff = diff or "(identical to the parent's kernel)\n"
+            out["diff"] = (Group(Text(f"diff against the parent's kernel {base_sid}", style="bold"),
+                                 Syntax(diff, "diff", word_wrap=False)), _widest(diff) + 2)
+        return out
 
     def _update_status(self) -> None:
         if self.history is None:
