@@ -16,9 +16,12 @@ console = Console() if sys.stdout.isatty() else Console(width=160)
 
 
 def _print_outcome(outcome) -> None:
+    from ksearch.store import load_history
+    from ksearch.viz.short_ids import ShortIds
     from ksearch.viz.tree_view import render_tree
 
-    console.print(render_tree(outcome.world_model, best_node_id=outcome.best.node_id if outcome.best else None))
+    console.print(render_tree(outcome.world_model, best_node_id=outcome.best.node_id if outcome.best else None,
+                              ids=ShortIds.from_history(load_history(outcome.run_dir)), width=console.width))
     console.print(f"stopped: {outcome.stop_reason}; {outcome.evaluations} evaluations on {outcome.device}")
     if outcome.best:
         b = outcome.best
@@ -154,17 +157,19 @@ def _statuses(text: str | None) -> set[str] | None:
 def cmd_show(args: argparse.Namespace) -> int:
     from ksearch.store import load_history
     from ksearch.viz.node_view import render_node
-    from ksearch.viz.tree_view import run_summary, show_run
+    from ksearch.viz.tree_view import DEFAULT_MAX_ROWS, run_summary, show_run, terminal_width
 
     run_path = Path(args.run_dir)
     statuses = _statuses(args.status)
     if args.live:
         return _show_live(run_path, args.node, args.depth, statuses)
     history = load_history(run_path)
-    show_run(history, console, node_id=args.node, depth=args.depth, statuses=statuses)
+    out = Console(width=terminal_width(args.width), highlight=False)    # the real width, also when piped
+    show_run(history, out, node_id=args.node, depth=args.depth, statuses=statuses, width=out.width,
+             max_rows=None if args.all else DEFAULT_MAX_ROWS)
     if args.node:
-        console.print(render_node(history, args.node))
-    console.print(run_summary(history), highlight=False)
+        out.print(render_node(history, args.node))
+    out.print(run_summary(history), highlight=False)
     if history.torn_tail:
         console.print("[dim]the journal ends in a partial line (the run is writing it, or was killed mid-write)[/]")
     return 0
@@ -189,6 +194,7 @@ def _follow(run_path: Path, node_id: str | None, depth: int | None, statuses: se
     from rich.text import Text
 
     from ksearch.store import NotARunError, load_history
+    from ksearch.viz.short_ids import ShortIds
     from ksearch.viz.tree_view import render_tree, run_summary
 
     with Live(console=console, refresh_per_second=1) as live:
@@ -204,9 +210,9 @@ def _follow(run_path: Path, node_id: str | None, depth: int | None, statuses: se
                 live.update(Text(f"waiting for {run_path} to build its world model ...", style="dim"))
             else:
                 best = history.best
-                if node_id and node_id not in wm:
-                    raise KeyError(f"no node {node_id!r} in this run (yet)")
-                live.update(Group(render_tree(wm, root_id=node_id, max_depth=depth, statuses=statuses,
+                ids = ShortIds.from_history(history)
+                live.update(Group(render_tree(wm, root_id=ids.resolve(node_id, wm) if node_id else None,
+                                              max_depth=depth, statuses=statuses, ids=ids, width=console.width,
                                               best_node_id=best.node_id if best else None), run_summary(history)))
                 if history.ended:
                     return 0
@@ -218,11 +224,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ksearch.viz.report import write_report
 
     history = load_history(args.run_dir)
+    if args.html:
+        from ksearch.viz.html_report import write_html_report
+
+        path = write_html_report(history, Path(args.out) if args.out else None)
+        console.print(f"report written to {path} (one self-contained file)", highlight=False)
+        return 0
     path = write_report(history, Path(args.out) if args.out else None)
     console.print(f"report written to {path}", highlight=False)
     for png in sorted(path.parent.glob("*.png")):
         console.print(f"  {png}", highlight=False)
     return 0
+
+
+def cmd_tui(args: argparse.Namespace) -> int:
+    from ksearch.viz.tui import run_tui
+
+    return run_tui(Path(args.run_dir))
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -313,11 +331,17 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--status", default=None, help="only nodes with these statuses (and their ancestors): "
                    "open, closed, failed, pruned, decision; comma-separated")
     v.add_argument("--live", action="store_true", help="redraw until the run ends")
+    v.add_argument("--width", type=int, default=None, help="columns (default: the terminal's, else 100)")
+    v.add_argument("--all", action="store_true", help="draw every node (no folding of long trees)")
     v.set_defaults(fn=cmd_show)
     rp = sub.add_parser("report", help="write report.md with plots for a run")
     rp.add_argument("run_dir")
     rp.add_argument("--out", default=None, help="output folder (default RUN_DIR/report)")
+    rp.add_argument("--html", action="store_true", help="one self-contained report.html instead (tree, plots, kernels)")
     rp.set_defaults(fn=cmd_report)
+    ui = sub.add_parser("tui", help="walk a run's plan tree in an interactive terminal app (follows a live run)")
+    ui.add_argument("run_dir")
+    ui.set_defaults(fn=cmd_tui)
     c = sub.add_parser("compare", help="runs side by side (run folders, or a sweep folder)")
     c.add_argument("run_dirs", nargs="+")
     c.add_argument("--target", type=float, default=None,

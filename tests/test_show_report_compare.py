@@ -16,11 +16,22 @@ from ksearch.viz.speedups import prediction_points
 from ksearch.world_model import Action, AttachedSolution, Node
 
 
+_RECORDED: dict[str, Path] = {}
+
+
+def recorded_run(tmp_path_factory) -> Path:
+    """A real tiny CPU search (4 rounds), made once per test session and shared by the view tests
+    (test_show_width, test_tui, test_html_report import it). Tests only read it or copy it."""
+    if "real" not in _RECORDED:
+        path = tmp_path_factory.mktemp("runs") / "real"
+        assert main(["run", f"run.dir={path}", "search.max_rounds=4", "run.live=false"]) == 0
+        _RECORDED["real"] = path
+    return _RECORDED["real"]
+
+
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
-    path = tmp_path_factory.mktemp("runs") / "real"
-    assert main(["run", f"run.dir={path}", "search.max_rounds=4", "run.live=false"]) == 0
-    return path
+    return recorded_run(tmp_path_factory)
 
 
 # ---- a hand-written run -------------------------------------------------------------------------------
@@ -181,8 +192,9 @@ def test_predictions_look_through_split_nodes_and_prefer_the_frozen_one():
 def test_show_draws_the_tree_and_a_summary(real_run, capsys):
     assert main(["show", str(real_run)]) == 0
     out = capsys.readouterr().out
-    assert "root" in out and "families" in out and "<-" in out
-    assert "4 evaluations in 4 rounds" in out and "stopped: round budget used" in out
+    assert "root" in out and "families" in out and "* " in out and " best " in out
+    flat = " ".join(out.split())            # the summary line may wrap at 100 columns
+    assert "4 evaluations in 4 rounds" in flat and "stopped: round budget used" in flat
 
 
 def test_show_node_has_plan_kernel_diff_and_measurements(toy_run, capsys):
@@ -297,3 +309,49 @@ def test_compare_expands_a_folder_of_runs(tmp_path, capsys):
     runs = json.loads(capsys.readouterr().out)["runs"]
     assert [Path(r["run"]).name for r in runs] == ["a", "b"] and runs[1]["status"] == "not finished"
     assert main(["compare", str(tmp_path / "nothing")]) == 2
+
+
+# ---- plots -----------------------------------------------------------------------------------------------------
+def _captured_figures(monkeypatch):
+    from ksearch.viz import plots
+
+    figures, make = [], plots._figure
+
+    def record(*args, **kwargs):
+        figures.append(make(*args, **kwargs))
+        return figures[-1]
+
+    monkeypatch.setattr(plots, "_figure", record)
+    return figures
+
+
+def test_cpu_scores_are_not_flattened_by_the_baseline_line(toy_run, tmp_path, monkeypatch):
+    """On a CPU every score is ~0.005x; the 1.0x baseline line must not stretch the axis to 1.0."""
+    from ksearch.viz import plots
+
+    figures = _captured_figures(monkeypatch)
+    cpu = {"w1": 0.0021, "w2": 0.0079, "w3": 0.004}
+    assert plots.plot_workload_speedups(cpu, tmp_path / "w.png", "cpu") is not None
+    h = load_history(toy_run)
+    for e in h.evaluations:
+        if e.report.score is not None:
+            e.report.score = e.report.score / 250          # 1.2 -> 0.0048, 1.8 -> 0.0072
+    for b in h.bests:
+        b.score /= 250
+    assert plots.plot_best_by_round(h, tmp_path / "b.png") is not None
+    for fig, values in zip(figures, (cpu.values(), [0.0048, 0.0072])):
+        ax = fig.axes[0]
+        lo, hi = ax.get_ylim()
+        assert lo <= min(values) and max(values) <= hi < 0.02, (lo, hi)     # fitted to the data, not to 1.0
+        assert hi / lo < 10                                 # the values spread over the plot, not one flat line
+        assert any("above the plot" in t.get_text() for t in ax.get_legend().get_texts())
+
+
+def test_scores_around_the_baseline_keep_a_linear_axis_with_the_line(tmp_path, monkeypatch):
+    from ksearch.viz import plots
+
+    figures = _captured_figures(monkeypatch)
+    plots.plot_workload_speedups({"w1": 0.9, "w2": 1.4}, tmp_path / "w.png", "gpu")
+    ax = figures[0].axes[0]
+    assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0.0 and ax.get_ylim()[1] >= 1.4
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["baseline (1.0x)"]

@@ -16,29 +16,37 @@ from rich.table import Table
 from rich.text import Text
 
 from ksearch.store.history import Evaluation, RunHistory
-from ksearch.viz.speedups import measured_vs_parent, parent_score, predicted_speedup
+from ksearch.viz.short_ids import ShortIds
+from ksearch.viz.speedups import base_node, measured_vs_parent, parent_score, predicted_speedup
 from ksearch.world_model import Node, WorldModel
 
 
 def render_node(history: RunHistory, node_id: str) -> Group:
-    wm = history.world_model()
+    """Everything about one node (full or short id), top to bottom."""
+    return Group(*node_sections(history, node_id).values())
+
+
+def node_sections(history: RunHistory, node_id: str, *, wm: WorldModel | None = None,
+                  ids: ShortIds | None = None) -> dict[str, RenderableType]:
+    """One node in sections, for views that show them side by side or in tabs: plan (with the model's
+    notes), attempts (with the per-workload table), kernel, diff (against the parent's kernel)."""
+    wm = wm if wm is not None else history.world_model()
     if wm is None:
         raise KeyError(f"{history.run_dir}: the run has no world model yet, so it has no node {node_id!r}")
-    if node_id not in wm:
-        raise KeyError(f"no node {node_id!r} in this run; node ids are shown in `ksearch show {history.run_dir}`")
-    node = wm.node(node_id)
-    shown = _shown_evaluation(history, node)
-    parts: list[RenderableType] = [_plan(wm, node)]
+    ids = (ids if ids is not None else ShortIds.from_history(history)).covering(wm)
+    node = wm.node(ids.resolve(node_id, wm))
+    shown = shown_evaluation(history, node)
+    plan: list[RenderableType] = [_plan(wm, node, ids)]
     if node.notes:
-        parts.append(Panel(Text(node.notes), title="model's notes", title_align="left", border_style="dim"))
-    parts.append(_attempts(history, node))
+        plan.append(Panel(Text(node.notes), title="model's notes", title_align="left", border_style="dim"))
+    attempts: list[RenderableType] = [_attempts(history, node)]
     if shown is not None:
-        parts.append(_workloads(history, shown))
-    parts += _kernel_and_diff(history, wm, node, shown)
-    return Group(*parts)
+        attempts.append(_workloads(history, shown))
+    kernel, diff = _kernel_and_diff(history, wm, node, shown)
+    return {"plan": Group(*plan), "attempts": Group(*attempts), "kernel": kernel, "diff": diff}
 
 
-def _shown_evaluation(history: RunHistory, node: Node) -> Evaluation | None:
+def shown_evaluation(history: RunHistory, node: Node) -> Evaluation | None:
     """The attached solution's evaluation; for a node without one, its last attempt."""
     attempts = history.evaluations_of(node.node_id)
     if node.solution:
@@ -48,12 +56,12 @@ def _shown_evaluation(history: RunHistory, node: Node) -> Evaluation | None:
     return attempts[-1] if attempts else None
 
 
-def _plan(wm: WorldModel, node: Node) -> Panel:
+def _plan(wm: WorldModel, node: Node, ids: ShortIds) -> Panel:
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column()
-    path = " > ".join(n.node_id for n in wm.path(node.node_id))
-    t.add_row("path", path)
+    t.add_row("path", " > ".join(n.node_id for n in wm.path(node.node_id)))
+    t.add_row("short ids", " > ".join(ids.short(n.node_id) for n in wm.path(node.node_id)))
     t.add_row("status", f"{node.status}" + (" (retired after failed cycles)" if node.retired else ""))
     t.add_row("decision", node.decision or "-")
     t.add_row("choice", node.choice or "-")
@@ -72,15 +80,22 @@ def _plan(wm: WorldModel, node: Node) -> Panel:
         t.add_row("difficulty", f"{a.difficulty}   priority {a.score:.2f}")
         meas, base, predicted = measured_vs_parent(wm, node), parent_score(wm, node), predicted_speedup(node)
         pred = f"{predicted:.3g}x" if predicted else "-"
-        t.add_row("vs parent", f"predicted {pred}, measured " + (f"{meas:.3g}x (score {node.solution.score:.4g} / "
-                                                                 f"parent {base:.4g})" if meas is not None else "-"))
+        parent = base_node(wm, node)
+        if parent is not None and parent.is_root and not (parent.solution and parent.solution.score):
+            # a family: the root holds no kernel, so the prediction and the measurement are against the baseline
+            t.add_row("vs baseline", f"predicted {pred}, measured " + (f"{meas:.3g}x (the parent is the root, "
+                                                                         f"which holds no kernel)"
+                                                                         if meas is not None else "-"))
+        else:
+            t.add_row("vs parent", f"predicted {pred}, measured " + (f"{meas:.3g}x (score {node.solution.score:.4g} / "
+                                                                     f"parent {base:.4g})" if meas is not None else "-"))
         if a.params:
             t.add_row("params", json.dumps(a.params, sort_keys=True))
     if node.solution:
         s = node.solution
         t.add_row("solution", f"{s.solution_id} (attached in round {s.round_index}, {s.status}"
                   + (f", {s.score_name} {s.score:.4g}x" if s.score is not None else "") + ")")
-    return Panel(t, title=f"node {node.node_id}", title_align="left")
+    return Panel(t, title=f"node {node.node_id} ({ids.short(node.node_id)})", title_align="left")
 
 
 def _attempts(history: RunHistory, node: Node) -> RenderableType:
@@ -124,29 +139,37 @@ def _workloads(history: RunHistory, e: Evaluation) -> RenderableType:
     return Group(*parts)
 
 
-def _kernel_and_diff(history: RunHistory, wm: WorldModel, node: Node, shown: Evaluation | None) -> list[RenderableType]:
+def _kernel_and_diff(history: RunHistory, wm: WorldModel, node: Node,
+                     shown: Evaluation | None) -> tuple[RenderableType, RenderableType]:
     if shown is None:
-        return []
+        none = Text("no kernel: this node has no attempt yet", style="dim")
+        return none, none
     sid = shown.solution_id
     src = history.solution_source(sid)
     if src is None:
-        return [Text(f"no kernel source to show (solutions/{sid}.py is missing)", style="dim")]
+        missing = Text(f"no kernel source to show (solutions/{sid}.py is missing)", style="dim")
+        return missing, missing
     lang = history.solution_language(sid)
     label = "attached kernel" if node.solution and node.solution.solution_id == sid else "last attempt's kernel"
-    out: list[RenderableType] = [Panel(Syntax(src, lang, line_numbers=True, word_wrap=False),
-                                       title=f"{label} {sid}", title_align="left")]
+    kernel = Panel(Syntax(src, lang, line_numbers=True, word_wrap=False), title=f"{label} {sid}", title_align="left")
+    base_sid, diff = kernel_diff(history, wm, node, sid)
+    if diff is None:
+        baseline = history.baseline.label if history.baseline else "the baseline"
+        return kernel, Text(f"no parent kernel to diff against: the parent is the root, whose kernel is {baseline}",
+                            style="dim")
+    return kernel, Panel(Syntax(diff or "(identical to the parent's kernel)\n", "diff", word_wrap=False),
+                         title=f"diff against the parent's kernel {base_sid}", title_align="left")
+
+
+def kernel_diff(history: RunHistory, wm: WorldModel, node: Node, sid: str) -> tuple[str | None, str | None]:
+    """(parent's solution id, unified diff from the parent's kernel to `sid`); diff None without a parent kernel."""
+    src = history.solution_source(sid) or ""
     base_sid = _parent_solution_id(wm, node)
     base_src = history.solution_source(base_sid)
     if base_src is None:
-        baseline = history.baseline.label if history.baseline else "the baseline"
-        out.append(Text(f"no parent kernel to diff against: the parent is the root, whose kernel is {baseline}",
-                        style="dim"))
-        return out
-    diff = "".join(difflib.unified_diff(base_src.splitlines(keepends=True), src.splitlines(keepends=True),
-                                        fromfile=f"parent {base_sid}", tofile=f"{node.node_id} {sid}"))
-    out.append(Panel(Syntax(diff or "(identical to the parent's kernel)\n", "diff", word_wrap=False),
-                     title=f"diff against the parent's kernel {base_sid}", title_align="left"))
-    return out
+        return base_sid, None
+    return base_sid, "".join(difflib.unified_diff(base_src.splitlines(keepends=True), src.splitlines(keepends=True),
+                                                  fromfile=f"parent {base_sid}", tofile=f"{node.node_id} {sid}"))
 
 
 def _parent_solution_id(wm: WorldModel, node: Node) -> str | None:

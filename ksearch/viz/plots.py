@@ -36,10 +36,11 @@ def plot_best_by_round(history: RunHistory, path: Path) -> Path | None:
         ax.scatter(*zip(*passed), s=18, color="0.6", label="attempt score (first measurement)", zorder=2)
     if curve:
         ax.step(*zip(*curve), where="post", color="tab:blue", linewidth=2, label="best so far", zorder=3)
+    scores = [y for _, y in passed] + [y for _, y in curve]
     if failed:
-        ys = [min(s for _, s in passed)] * len(failed) if passed else [0.0] * len(failed)
+        ys = [min(scores)] * len(failed) if scores else [1.0] * len(failed)
         ax.scatter(failed, ys, marker="x", color="tab:red", s=24, label="failed attempt", zorder=2)
-    ax.axhline(1.0, color="0.3", linestyle=":", linewidth=1, label="baseline (1.0x)")
+    score_axis(ax, scores)
     ax.set_xlabel("round")
     ax.set_ylabel(_score_label(history))
     ax.set_title(f"{history.task}: best score against round")
@@ -88,26 +89,56 @@ def plot_workload_speedups(speedups: dict[str, float], path: Path, title: str) -
     ax = fig.add_subplot()
     names = list(speedups)
     values = [speedups[n] for n in names]
-    ax.bar(range(len(names)), values, color=["tab:green" if v >= 1 else "tab:orange" for v in values])
-    ax.axhline(1.0, color="0.3", linestyle=":", linewidth=1)
+    log = score_axis(ax, values, bars=True)
+    # on a log axis a bar from 0 has no bottom: bars start at the axis' lower limit
+    bottom = ax.get_ylim()[0] if log else 0.0
+    ax.bar(range(len(names)), [v - bottom for v in values], bottom=bottom,
+           color=["tab:green" if v >= 1 else "tab:orange" for v in values])
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("speedup vs baseline")
-    if values and max(values) / max(min(values), 1e-12) > 30:
-        ax.set_yscale("log")
+    ax.legend(fontsize=7, loc="best")
     ax.set_title(title)
     ax.grid(alpha=0.3, axis="y")
     fig.savefig(path)
     return path
 
 
-def _plain_log_ticks(ax: Any) -> None:
+def score_axis(ax: Any, values: list[float], *, bars: bool = False) -> bool:
+    """Scale a score axis to the data and mark the baseline (1.0x) where it falls inside it.
+
+    The baseline line must not drag the axis: on a CPU every score is ~0.005x (interpreted Triton against
+    the PyTorch reference), and a linear axis stretched from 0 to 1.0 draws every value as a flat line at
+    the bottom. Scores are ratios, so when they span more than 3x, or sit more than 3x away from 1.0, the
+    axis is logarithmic and fitted to the values; the baseline line is drawn only if it lies within 2x of
+    them, and otherwise the legend says where it is. Returns whether the axis is logarithmic."""
+    positive = [v for v in values if v and v > 0]
+    if not positive:
+        ax.axhline(1.0, color="0.3", linestyle=":", linewidth=1, label="baseline (1.0x)")
+        return False
+    lo, hi = min(positive), max(positive)
+    log = hi / lo > 3 or hi < 1 / 3 or lo > 3
+    if log:
+        ax.set_yscale("log")
+        ax.set_ylim(lo / 1.5, hi * 1.5)
+        _plain_log_ticks(ax, axes="y")
+    else:
+        ax.set_ylim(0.0 if bars else min(lo, 1.0) * 0.9, max(hi, 1.0) * 1.1)
+    if lo / 2 <= 1.0 <= hi * 2:
+        ax.axhline(1.0, color="0.3", linestyle=":", linewidth=1, label="baseline (1.0x)")
+    else:
+        where = "above" if hi < 1.0 else "below"
+        ax.plot([], [], color="0.3", linestyle=":", linewidth=1, label=f"baseline (1.0x): {where} the plot")
+    return log
+
+
+def _plain_log_ticks(ax: Any, axes: str = "xy") -> None:
     """Label log axes 0.5x, 1x, 2x rather than 5x10^-1."""
     from matplotlib.ticker import FuncFormatter
 
     fmt = FuncFormatter(lambda v, _pos: f"{v:.2g}x")
     # minor ticks: only 2x and 5x of each decade, or wide axes fill with overlapping labels
     minor = FuncFormatter(lambda v, _pos: f"{v:.2g}x" if f"{v:.1e}"[0] in "25" else "")
-    for axis in (ax.xaxis, ax.yaxis):
+    for axis in [a for name, a in (("x", ax.xaxis), ("y", ax.yaxis)) if name in axes]:
         axis.set_major_formatter(fmt)
         axis.set_minor_formatter(minor)
         axis.set_tick_params(which="minor", labelsize=7)

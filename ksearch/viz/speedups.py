@@ -96,3 +96,18 @@ def geometric_error(points: list[PredictionPoint]) -> float | None:
     mid = len(errs) // 2
     med = errs[mid] if len(errs) % 2 else (errs[mid - 1] + errs[mid]) / 2
     return math.exp(med)
+
+
+def vs_parent_kernel(wm: WorldModel, node: Node) -> float | None:
+    """Score over the score of the kernel the node really started from, for the "vs parent" column.
+
+    Unlike `measured_vs_parent` (the prediction's frame, where a family's parent is the baseline at 1.0),
+    this is None when the parent holds no kernel: a family under a root without a seed solution. Showing
+    the family's score again there reads as a comparison with a kernel that does not exist (on a CPU it
+    read "vs parent 0.004x", which is really the PyTorch reference)."""
+    if not node.solution or node.solution.score is None:
+        return None
+    base = base_node(wm, node)
+    if base is None or not base.solution or not base.solution.score:
+        return None
+    return node.solution.score / base.solution.score

@@ -1,60 +1,46 @@
-"""`ksearch show`: the plan tree with rich, best path highlighted, optionally cut to some statuses or depth."""
+"""`ksearch show`: the plan tree at a glance, one line per node at any width, best path highlighted.
+
+Each node is one line: its short id (viz/short_ids.py), the step cut to fit, its status, and three
+numbers (viz/node_rows.py). Subtrees off the best path fold into one counted line when the tree would
+be longer than a screen; `--node ID` shows any node, its subtree and everything known about it.
+"""
 
 from __future__ import annotations
+
+import os
 
 import networkx as nx
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from rich.tree import Tree
 
 from ksearch.store.history import NotARunError, RunHistory
-from ksearch.viz.speedups import families, measured_vs_parent, predicted_speedup
+from ksearch.viz.node_rows import NodeRow, node_rows, node_title, pred_meas, speedup
+from ksearch.viz.short_ids import ShortIds
+from ksearch.viz.speedups import families
 from ksearch.world_model import Node, WorldModel
 
 #: Node.status values, for `ksearch show --status`.
 NODE_STATUSES = ("open", "closed", "failed", "pruned", "decision")
 _STATUS_STYLE = {"closed": "green", "open": "cyan", "failed": "red", "pruned": "dim", "decision": "white"}
-
-
-def _label(wm: WorldModel, node: Node, on_best_path: bool, is_best: bool, context_only: bool = False) -> Text:
-    """One node on one line. `context_only`: an ancestor shown only to place nodes that matched a filter."""
-    t = Text(style="dim" if context_only else "")
-    t.append(f"{node.node_id} ", style="bold" if on_best_path else "")
-    if node.is_root:
-        t.append("root", style="bold")
-    else:
-        t.append(f"{node.decision or ''}: ", style="dim")
-        t.append(node.choice or (node.action.title if node.action else ""))
-    t.append(f"  [{node.status}]", style=_STATUS_STYLE.get(node.status, ""))
-    if node.solution and node.solution.score is not None:
-        t.append(f"  score {node.solution.score:.4g}x", style="bold green" if is_best else "green")
-    elif node.solution:
-        t.append(f"  {node.solution.status}", style="red")
-    if node.action:
-        a = node.action
-        # Both against the parent's kernel (the baseline for depth-1 nodes): see viz/speedups.py.
-        meas, pred = measured_vs_parent(wm, node), predicted_speedup(node)
-        t.append("  vs parent: ", style="dim")
-        t.append(f"pred {pred:.3g}x" if pred else "pred -", style="dim")
-        if meas is not None:
-            t.append(" / ", style="dim")
-            t.append(f"meas {meas:.3g}x", style="green" if meas >= 1 else "yellow")
-        t.append(f"  diff {a.difficulty}  prio {a.score:.2f}", style="dim")
-    if node.attempts:
-        t.append(f"  attempts {node.attempts}", style="dim")
-    if node.failed_cycles:
-        t.append(f"  failed cycles {node.failed_cycles}", style="red")
-    if is_best:
-        t.append("  <- best", style="bold magenta")
-    return t
+#: Widths of the right-hand columns: status, score vs baseline, vs parent, predicted -> measured.
+_COLS = (("status", 6), ("vs base", 9), ("vs par", 7), ("pred->meas", 14))
+_RIGHT = sum(w for _, w in _COLS) + len(_COLS)      # one space before each column
+#: Folding keeps the tree to about this many lines unless `max_rows` says otherwise (None: never fold).
+DEFAULT_MAX_ROWS = 50
+MIN_WIDTH = 60
 
 
 def render_tree(wm: WorldModel, *, root_id: str | None = None, max_depth: int | None = None,
-                best_node_id: str | None = None, statuses: set[str] | None = None) -> Tree:
-    """The tree from `root_id` down `max_depth` levels. With `statuses`, only nodes in one of them are
-    drawn, with their ancestors (dimmed) so each keeps its place in the plan."""
-    best_path = {n.node_id for n in wm.path(best_node_id)} if best_node_id and best_node_id in wm else set()
+                best_node_id: str | None = None, statuses: set[str] | None = None, ids: ShortIds | None = None,
+                width: int = 100, max_rows: int | None = None) -> Text:
+    """The tree from `root_id` down `max_depth` levels, one line per node, no line wider than `width`.
+
+    With `statuses`, only nodes in one of them are drawn, with their ancestors (dimmed) so each keeps its
+    place in the plan. With `max_rows`, subtrees off the best path are folded from the deepest level up
+    until the tree fits; a folded subtree is one line that counts what it holds."""
+    ids = ids if ids is not None else ShortIds.from_world_model(wm)
+    rows = node_rows(wm, ids, best_node_id)
     start = wm.node(root_id) if root_id else wm.root
     base_depth = wm.depth(start.node_id)
     keep: set[str] | None = None
@@ -64,55 +50,155 @@ def render_tree(wm: WorldModel, *, root_id: str | None = None, max_depth: int | 
             if n.status in statuses:
                 keep.update(p.node_id for p in wm.path(n.node_id))
 
-    def label(node: Node) -> Text:
-        context = statuses is not None and node.status not in statuses
-        return _label(wm, node, node.node_id in best_path, node.node_id == best_node_id, context)
-
-    def build(node: Node, tree: Tree) -> None:
-        for child in wm.children(node.node_id, include_pruned=True):
+    def kids(node_id: str) -> list[Node]:
+        out = []
+        for child in wm.children(node_id, include_pruned=True):
             if max_depth is not None and wm.depth(child.node_id) - base_depth > max_depth:
                 continue
             if keep is not None and child.node_id not in keep:
                 continue
-            style = "bold magenta" if child.node_id in best_path else ""
-            build(child, tree.add(label(child), guide_style=style or "dim"))
+            out.append(child)
+        return out
 
-    top = Tree(label(start))
-    build(start, top)
-    return top
+    tree_depth = max(rows[n].depth - base_depth for n in nx.descendants(wm.graph, start.node_id) | {start.node_id})
+    fold = None
+    if max_rows is not None:
+        fold = tree_depth + 1
+        while fold > 1 and len(_lines(wm, rows, start, kids, fold, base_depth)) > max_rows:
+            fold -= 1
+    lines = _lines(wm, rows, start, kids, fold, base_depth)
+    out = Text(no_wrap=True, overflow="ellipsis")
+    out.append_text(_header(width))
+    for prefix, row, folded, context in lines:
+        out.append("\n")
+        if row is None:
+            hidden = [rows[n] for n in folded]
+            out.append_text(_fold_line(prefix, hidden, width, rows[hidden[0].parent_id].short))
+        else:
+            out.append_text(_row_line(prefix, rows[row], width, context=context or
+                                      (statuses is not None and rows[row].status not in statuses)))
+    return out
 
 
-def family_table(wm: WorldModel) -> Table:
-    """Per kernel family: its best measured kernel, where it is, and the cycles spent on it."""
-    t = Table(title="families")
-    for col in ("family", "best score", "mean latency ms", "best node", "closed", "attempts"):
-        t.add_column(col)
+def _lines(wm: WorldModel, rows: dict[str, NodeRow], start: Node, kids, fold: int | None, base_depth: int):
+    """(guide prefix, node id or None for a fold line, nodes folded, context) in drawing order."""
+    out: list[tuple[str, str | None, list[str], bool]] = [("", start.node_id, [], False)]
+
+    def walk(node_id: str, indent: str) -> None:
+        children = kids(node_id)
+        row = rows[node_id]
+        depth = row.depth - base_depth
+        if fold is not None and depth >= fold and not row.on_best_path and children:
+            hidden = [d for c in children for d in _subtree(c.node_id, kids)]
+            out.append((indent + "└─", None, hidden, False))
+            return
+        for i, child in enumerate(children):
+            last = i == len(children) - 1
+            branch = ("┗━" if last else "┣━") if rows[child.node_id].on_best_path else ("└─" if last else "├─")
+            out.append((indent + branch, child.node_id, [], False))
+            # the guide down to a later sibling on the best path is drawn heavy
+            through = any(rows[c.node_id].on_best_path for c in children[i + 1:])
+            walk(child.node_id, indent + ("  " if last else ("┃ " if through else "│ ")))
+
+    walk(start.node_id, "")
+    return out
+
+
+def _subtree(node_id: str, kids) -> list[str]:
+    """`node_id` and everything below it that the filters and the depth limit let through."""
+    return [node_id] + [d for c in kids(node_id) for d in _subtree(c.node_id, kids)]
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else (text[:max(0, width - 1)] + "…" if width > 0 else "")
+
+
+def _header(width: int) -> Text:
+    t = Text(_fit("node  step", width - _RIGHT).ljust(width - _RIGHT), style="dim")
+    for name, w in _COLS:
+        t.append(" " + name.rjust(w), style="dim")
+    return t
+
+
+def _row_line(prefix: str, row: NodeRow, width: int, *, context: bool) -> Text:
+    left = width - _RIGHT
+    if len(prefix) > left // 2:       # very deep: keep the innermost guides
+        prefix = "…" + prefix[-(left // 2 - 1):]
+    t = Text(style="dim" if context or row.status == "pruned" else "")
+    guide_style = "bold magenta" if row.on_best_path else "dim"
+    t.append(prefix + (" " if prefix else ""), style=guide_style)
+    t.append(row.short, style="bold magenta" if row.on_best_path else "bold")
+    title_room = left - len(prefix) - (1 if prefix else 0) - len(row.short) - 1
+    title = ("* " if row.is_best else "") + row.title
+    t.append(" " + _fit(title, title_room).ljust(max(0, title_room)),
+             style="bold" if row.is_best else ("" if not row.is_family else "italic"))
+    status = "best" if row.is_best else ("-" if row.status == "decision" else row.status)
+    t.append(" " + status.rjust(_COLS[0][1]), style="bold magenta" if row.is_best else _STATUS_STYLE.get(row.status, ""))
+    t.append(" " + speedup(row.score).rjust(_COLS[1][1]), style="green" if row.score is not None else "dim")
+    vp = row.vs_parent
+    t.append(" " + speedup(vp).rjust(_COLS[2][1]),
+             style="dim" if vp is None else ("green" if vp >= 1 else "yellow"))
+    pm = pred_meas(row)
+    t.append(" " + _fit(pm, _COLS[3][1]).rjust(_COLS[3][1]), style="dim" if row.measured is None else "")
+    return t
+
+
+def _fold_line(prefix: str, hidden: list[NodeRow], width: int, under: str) -> Text:
+    """`└─ … 7 more (3 closed, 3 open, 1 failed)`: a folded subtree, counted by status."""
+    counts: dict[str, int] = {}
+    for r in hidden:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    parts = ", ".join(f"{counts[s]} {s}" for s in NODE_STATUSES if counts.get(s))
+    best = max((r.score for r in hidden if r.score is not None), default=None)
+    text = (f"{prefix} … {len(hidden)} more ({parts}" + (f"; best {speedup(best)}" if best is not None else "")
+            + f"): --node {under}")
+    return Text(_fit(text, width), style="dim")
+
+
+def legend(history: RunHistory | None, width: int) -> Text:
+    """What the columns mean, in two lines."""
+    against = history.baseline.label if history and history.baseline else "the baseline"
+    return Text(_fit(f"vs base: against {against}; vs par: against the parent's kernel (-: it has none)", width)
+                + "\n" + _fit("pred->meas: predicted -> measured over the parent's kernel (family: over the "
+                               "baseline); ━ best path", width), style="dim", no_wrap=True)
+
+
+def family_table(wm: WorldModel, ids: ShortIds | None = None, width: int | None = None) -> Table:
+    """Per kernel family: its best measured kernel (short id: never cut), where it is, the cycles spent."""
+    ids = ids if ids is not None else ShortIds.from_world_model(wm)
+    ids.covering(wm)
+    t = Table(title="families", width=width, title_justify="left")
+    t.add_column("family", no_wrap=True, overflow="ellipsis", ratio=1)
+    for col in ("best score", "mean ms", "best node", "closed", "attempts"):
+        t.add_column(col, no_wrap=True, justify="right")
     for fam in families(wm):
         sub = [wm.node(n) for n in nx.descendants(wm.graph, fam.node_id) | {fam.node_id}]
         scored = [n for n in sub if n.solution and n.solution.score is not None]
         best = max(scored, key=lambda n: n.solution.score) if scored else None
-        t.add_row(fam.choice or fam.node_id,
+        t.add_row(f"{ids.short(fam.node_id)} {node_title(fam)}",
                   f"{best.solution.score:.4g}x" if best else "-",
                   f"{best.solution.latency_ms:.4g}" if best and best.solution.latency_ms else "-",
-                  best.node_id if best else "-", str(sum(1 for n in sub if n.is_closed)),
+                  ids.short(best.node_id) if best else "-", str(sum(1 for n in sub if n.is_closed)),
                   str(sum(n.attempts for n in sub)))
     return t
 
 
 def show_run(history: RunHistory, console: Console, *, node_id: str | None = None, depth: int | None = None,
-             statuses: set[str] | None = None) -> None:
-    """The tree (or the subtree under `node_id`), the family table, and the kernel summary."""
+             statuses: set[str] | None = None, width: int = 100, max_rows: int | None = DEFAULT_MAX_ROWS) -> None:
+    """The tree (or the subtree under `node_id`, full or short id), the family table, the kernel summary."""
     wm = history.world_model()
     if wm is None:
         raise NotARunError(f"{history.run_dir}: the run has not built its world model yet (no tree record); "
                            f"try again in a moment, or `ksearch show --live {history.run_dir}`")
+    ids = ShortIds.from_history(history).covering(wm)
     best = history.best
-    if node_id and node_id not in wm:
-        raise KeyError(f"no node {node_id!r} in this run; node ids are shown in `ksearch show RUN_DIR`")
+    if node_id:
+        node_id = ids.resolve(node_id, wm)
     console.print(render_tree(wm, root_id=node_id, max_depth=depth, best_node_id=best.node_id if best else None,
-                              statuses=statuses))
+                              statuses=statuses, ids=ids, width=width, max_rows=max_rows))
+    console.print(legend(history, width))
     if node_id is None and statuses is None:     # the whole run, unfiltered: add the per-family view
-        console.print(family_table(wm))
+        console.print(family_table(wm, ids, width))
     if wm.kernel_summary and node_id is None:
         console.print(Text(wm.kernel_summary, style="dim"))
 
@@ -120,8 +206,12 @@ def show_run(history: RunHistory, console: Console, *, node_id: str | None = Non
 def run_summary(history: RunHistory) -> Text:
     """One line: evaluations, best, stop reason (or that the run is unfinished), cost and time."""
     best = history.best
+    wm = history.world_model() if best else None
+    at = best.node_id if best else ""
+    if best and wm is not None and best.node_id in wm:
+        at = f"{ShortIds.from_history(history).covering(wm).short(best.node_id)} ({best.node_id})"
     t = Text(f"{len(history.evaluations)} evaluations in {history.rounds} rounds on {history.device}; ")
-    t.append(f"best {best.score:.4g}x at {best.node_id} (round {best.round})" if best else "no passing kernel yet",
+    t.append(f"best {best.score:.4g}x at {at} (round {best.round})" if best else "no passing kernel yet",
              style="bold" if best else "red")
     t.append(f"; stopped: {history.stop_reason}" if history.ended else
              "; not finished (running, or killed: `ksearch resume` continues it)")
@@ -140,3 +230,23 @@ def format_duration(seconds: float | None) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f}min"
     return f"{seconds / 3600:.2f}h"
+
+
+def terminal_width(explicit: int | None = None, default: int = 100) -> int:
+    """The width to draw at: `--width`, else $COLUMNS, else the terminal's real width (also when stdout is
+    piped, through stderr or stdin), else `default`."""
+    if explicit is not None:
+        if explicit < MIN_WIDTH:
+            raise KeyError(f"--width {explicit}: the tree needs at least {MIN_WIDTH} columns")
+        return explicit
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) >= MIN_WIDTH:
+        return int(env)
+    for fd in (1, 2, 0):
+        try:
+            cols = os.get_terminal_size(fd).columns
+        except (OSError, ValueError):
+            continue
+        if cols > 0:
+            return max(cols, MIN_WIDTH)
+    return default

@@ -1,0 +1,333 @@
+"""`ksearch tui RUN_DIR`: walk a run's plan tree in the terminal (Textual), also while the run is going.
+
+A collapsible tree of the plan on the left; on the right, the selected node in tabs: its plan and the
+model's notes, its attempts with the per-workload table, its kernel (highlighted), and the diff against
+its parent's kernel. Filters by status and by family; `b` jumps to the best node.
+
+It follows a live run by polling the journal's size and modification time every second. When the
+journal grew, the tree is updated in place (labels changed, nodes added or removed), so the selection,
+the expanded nodes and the scroll position survive the update and nothing flickers. It reads the run
+directory and never writes to it (it keeps no state there), so it is safe on a run that is being written
+and over SSH: Textual draws with escape sequences only, in any terminal.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Group, RenderableType
+from rich.syntax import Syntax
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, ScrollableContainer
+from textual.widgets import Footer, Static, TabbedContent, TabPane, Tree
+from textual.widgets.tree import TreeNode
+
+from ksearch.store.history import NotARunError, RunHistory, load_history
+from ksearch.viz.node_rows import NodeRow, node_rows, speedup
+from ksearch.viz.node_view import kernel_diff, node_sections, shown_evaluation
+from ksearch.viz.short_ids import ShortIds
+from ksearch.viz.speedups import families
+from ksearch.viz.tree_view import NODE_STATUSES, run_summary
+from ksearch.world_model import WorldModel
+
+SECTIONS = ("plan", "attempts", "kernel", "diff")
+_STATUS_STYLE = {"closed": "green", "open": "cyan", "failed": "red", "pruned": "dim", "decision": "white"}
+
+
+def run_tui(run_dir: Path, poll_s: float = 1.0) -> int:
+    """Open the app on `run_dir` until the user quits. Raises NotARunError when there is no run there."""
+    if not (Path(run_dir) / "config.yaml").is_file():     # a run just started has a config, maybe no records
+        load_history(run_dir)   # fail before taking the screen, with the message that says what to pass
+    RunBrowser(Path(run_dir), poll_s=poll_s).run()
+    return 0
+
+
+def _widest(text: str) -> int:
+    return max((len(line.expandtabs()) for line in text.splitlines()), default=0)
+
+
+class RunBrowser(App[None]):
+    """The plan tree beside the selected node's details, refreshed in place while the journal grows."""
+
+    TITLE = "ksearch"
+    CSS = """
+    #body { height: 1fr; }
+    #tree { width: 45%; min-width: 36; border-right: solid $primary-darken-2; }
+    #detail { width: 1fr; }
+    .pane { min-width: 100%; }
+    #status { height: auto; max-height: 3; padding: 0 1; background: $boost; }
+    """
+    BINDINGS = [
+        Binding("b", "best", "best node"),
+        Binding("s", "cycle_status", "status filter"),
+        Binding("f", "cycle_family", "family filter"),
+        Binding("c", "clear_filters", "clear filters"),
+        Binding("p", "tab('plan')", "plan", show=False),
+        Binding("a", "tab('attempts')", "attempts", show=False),
+        Binding("k", "tab('kernel')", "kernel", show=False),
+        Binding("d", "tab('diff')", "diff"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    def __init__(self, run_dir: Path, poll_s: float = 1.0):
+        super().__init__()
+        self.run_dir = Path(run_dir)
+        self.poll_s = poll_s
+        self.history: RunHistory | None = None
+        self.wm: WorldModel | None = None
+        self.ids = ShortIds()
+        self.rows: dict[str, NodeRow] = {}
+        self.status_filter: str | None = None
+        self.family_filter: str | None = None     # a family's full node id
+        self._tree_nodes: dict[str, TreeNode] = {}
+        self._labels: dict[str, NodeRow] = {}     # the row each label was drawn from: redraw only on change
+        self._stamp: tuple[int, int] | None = None
+        self._shown: tuple[str, object] | None = None
+        self.reloads = 0                          # journal reads that changed something (tests watch it)
+
+    # ---- layout -------------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="body"):
+            yield Tree("run", id="tree")
+            with TabbedContent(id="detail", initial="tab-plan"):
+                for name in SECTIONS:
+                    with TabPane(name, id=f"tab-{name}"):
+                        with ScrollableContainer():      # long kernel lines scroll sideways
+                            yield Static(id=f"pane-{name}", classes="pane")
+        yield Static(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        tree = self.query_one(Tree)
+        tree.show_root = True
+        tree.auto_expand = False
+        self.reload()
+        tree.focus()
+        self.set_interval(self.poll_s, self.reload)
+
+    # ---- following the journal ----------------------------------------------------------------------
+    def _journal_stamp(self) -> tuple[int, int] | None:
+        try:
+            st = (self.run_dir / "journal.jsonl").stat()
+        except OSError:
+            return None
+        return st.st_size, st.st_mtime_ns
+
+    def reload(self, force: bool = False) -> None:
+        """Read the run again if its journal changed since the last read; update everything in place."""
+        stamp = self._journal_stamp()
+        if stamp == self._stamp and not force:
+            return
+        self._stamp = stamp
+        try:
+            history = load_history(self.run_dir)
+        except NotARunError as e:
+            self.query_one("#status", Static).update(Text(str(e), style="red"))
+            return
+        wm = history.world_model()
+        if wm is None:
+            self.query_one("#status", Static).update(Text("waiting for the run to build its world model ...",
+                                                          style="dim"))
+            return
+        self.history, self.wm = history, wm
+        self.ids = ShortIds.from_history(history).covering(wm)
+        best = history.best
+        self.rows = node_rows(wm, self.ids, best.node_id if best else None)
+        self.reloads += 1
+        self._sync_tree()
+        self._show_selected()
+        self._update_status()
+
+    # ---- the tree -----------------------------------------------------------------------------------
+    def visible_ids(self) -> list[str]:
+        """Nodes that pass the filters, with their ancestors (so each keeps its place), in tree order."""
+        wm = self.wm
+        if wm is None:
+            return []
+        keep: set[str] = {wm.root.node_id}
+        for row in self.rows.values():
+            if self.status_filter and row.status != self.status_filter:
+                continue
+            if self.family_filter and row.family != self.family_filter:
+                continue
+            keep.update(n.node_id for n in wm.path(row.node_id))
+        return [n.node_id for n in wm.nodes() if n.node_id in keep]
+
+    def _sync_tree(self) -> None:
+        """Make the Tree widget show `visible_ids()`, touching only what changed."""
+        tree = self.query_one(Tree)
+        wm = self.wm
+        assert wm is not None
+        selected = tree.cursor_node.data if tree.cursor_node is not None else None
+        visible = self.visible_ids()
+        wanted = set(visible)
+        root_id = wm.root.node_id
+        if tree.root.data != root_id:
+            tree.root.data = root_id
+            self._tree_nodes = {root_id: tree.root}
+            self._labels = {}
+            tree.root.expand()
+        for node_id in [n for n in self._tree_nodes if n not in wanted]:
+            tnode = self._tree_nodes.get(node_id)
+            if tnode is None:
+                continue                      # went with an ancestor removed just before
+            self._forget(tnode)
+            tnode.remove()
+        for node_id in visible:
+            if node_id in self._tree_nodes:
+                continue
+            row = self.rows[node_id]
+            parent = self._tree_nodes[row.parent_id]
+            before = self._next_sibling_shown(node_id, wanted)
+            tnode = parent.add(self._label(row), data=node_id, before=before,
+                               expand=row.on_best_path or row.depth < 2)
+            self._tree_nodes[node_id] = tnode
+            self._labels[node_id] = row
+        for node_id in visible:
+            tnode, row = self._tree_nodes[node_id], self.rows[node_id]
+            if self._labels.get(node_id) != row:
+                tnode.set_label(self._label(row))
+                self._labels[node_id] = row
+            tnode.allow_expand = bool(tnode.children)
+        if selected in self._tree_nodes:
+            self._move_to(self._tree_nodes[selected])
+
+    def _forget(self, tnode: TreeNode) -> None:
+        for child in tnode.children:
+            self._forget(child)
+        self._tree_nodes.pop(tnode.data, None)
+        self._labels.pop(tnode.data, None)
+
+    def _next_sibling_shown(self, node_id: str, wanted: set[str]) -> TreeNode | None:
+        """The sibling after `node_id` (tree order) that is already drawn, to insert before it."""
+        wm = self.wm
+        parent_id = wm.node(node_id).parent_id
+        siblings = [c.node_id for c in wm.children(parent_id, include_pruned=True) if c.node_id in wanted]
+        for sib in siblings[siblings.index(node_id) + 1:]:
+            if sib in self._tree_nodes:
+                return self._tree_nodes[sib]
+        return None
+
+    def _label(self, row: NodeRow) -> Text:
+        t = Text(no_wrap=True, overflow="ellipsis")
+        t.append(f"{row.short} ", style="bold magenta" if row.on_best_path else "bold")
+        t.append(("* " if row.is_best else "") + row.title + " ", style="bold" if row.is_best else "")
+        t.append(row.status if not row.is_best else "best",
+                 style="bold magenta" if row.is_best else _STATUS_STYLE.get(row.status, ""))
+        if row.score is not None:
+            t.append(f" {speedup(row.score)}", style="green")
+        return t
+
+    def _move_to(self, tnode: TreeNode) -> None:
+        tree = self.query_one(Tree)
+        parent = tnode.parent
+        while parent is not None:
+            parent.expand()
+            parent = parent.parent
+        tree.get_node_at_line(0)      # lays the lines out again (public call that rebuilds them) ...
+        if tree.cursor_node is not tnode:
+            tree.move_cursor(tnode)   # ... so the cursor lands on the node, not on its old line number
+
+    @property
+    def selected_id(self) -> str | None:
+        node = self.query_one(Tree).cursor_node
+        return node.data if node is not None else None
+
+    # ---- the detail pane ----------------------------------------------------------------------------
+    def on_tree_node_highlighted(self, event: Tree.NodeHighlighted) -> None:
+        self._show_selected()
+
+    def _show_selected(self) -> None:
+        node_id = self.selected_id
+        if node_id is None or self.history is None or self.wm is None or node_id not in self.wm:
+            return
+        # redraw only when the node or what is known about it changed (no flicker on unrelated growth)
+        signature = (self.rows.get(node_id), len(self.history.evaluations_of(node_id)), self.wm.node(node_id))
+        if self._shown == (node_id, signature):
+            return
+        self._shown = (node_id, signature)
+        sections = node_sections(self.history, node_id, wm=self.wm, ids=self.ids)
+        widths: dict[str, int] = {}
+        code = self._code_sections(node_id)
+        for name, (renderable, width) in code.items():
+            sections[name], widths[name] = renderable, width
+        for name in SECTIONS:
+            pane = self.query_one(f"#pane-{name}", Static)
+            pane.styles.width = widths.get(name, "auto")    # code as wide as its longest line: scroll sideways
+            pane.update(sections[name])
+
+    def _code_sections(self, node_id: str) -> dict[str, tuple[RenderableType, int]]:
+        """The kernel and the diff without a frame, each as wide as its longest line."""
+        h, wm = self.history, self.wm
+        node = wm.node(node_id)
+        shown = shown_evaluation(h, node)
+        src = h.solution_source(shown.solution_id) if shown else None
+        if shown is None or src is None:
+            return {}
+        sid = shown.solution_id
+        label = "attached kernel" if node.solution and node.solution.solution_id == sid else "last attempt's kernel"
+        out = {"kernel": (Group(Text(f"{label} {sid}", style="bold"),
+                                Syntax(src, h.solution_language(sid), line_numbers=True, word_wrap=False)),
+                          _widest(src) + 8)}
+        base_sid, diff = kernel_diff(h, wm, node, sid)
+        if diff is not None:
+            diff = diff or "(identical to the parent's kernel)\n"
+            out["diff"] = (Group(Text(f"diff against the parent's kernel {base_sid}", style="bold"),
+                                 Syntax(diff, "diff", word_wrap=False)), _widest(diff) + 2)
+        return out
+
+    def _update_status(self) -> None:
+        if self.history is None:
+            return
+        filters = []
+        if self.status_filter:
+            filters.append(f"status={self.status_filter}")
+        if self.family_filter:
+            filters.append(f"family={self.ids.short(self.family_filter)} {self.rows[self.family_filter].title}")
+        line = run_summary(self.history)
+        line.append("  |  " + ("filter: " + ", ".join(filters) if filters else "no filter"), style="cyan")
+        line.append("  |  following the journal" if not self.history.ended else "  |  run ended", style="dim")
+        self.query_one("#status", Static).update(line)
+
+    # ---- actions ------------------------------------------------------------------------------------
+    def action_best(self) -> None:
+        best = self.history.best if self.history else None
+        if best is None or self.wm is None or best.node_id not in self.wm:
+            self.notify("no best kernel yet")
+            return
+        if best.node_id not in self._tree_nodes:      # hidden by a filter: show everything again
+            self.status_filter = self.family_filter = None
+            self._sync_tree()
+            self._update_status()
+        self._move_to(self._tree_nodes[best.node_id])
+        self._show_selected()
+
+    def action_cycle_status(self) -> None:
+        order = [None, *NODE_STATUSES]
+        self.status_filter = order[(order.index(self.status_filter) + 1) % len(order)]
+        self._filters_changed()
+
+    def action_cycle_family(self) -> None:
+        order = [None, *(f.node_id for f in families(self.wm))] if self.wm is not None else [None]
+        current = self.family_filter if self.family_filter in order else None
+        self.family_filter = order[(order.index(current) + 1) % len(order)]
+        self._filters_changed()
+
+    def action_clear_filters(self) -> None:
+        self.status_filter = self.family_filter = None
+        self._filters_changed()
+
+    def action_tab(self, name: str) -> None:
+        self.query_one(TabbedContent).active = f"tab-{name}"
+
+    def _filters_changed(self) -> None:
+        if self.wm is None:
+            return
+        self._sync_tree()
+        tree = self.query_one(Tree)
+        if tree.cursor_node is None:
+            tree.move_cursor(tree.root)
+        self._update_status()
+        self._show_selected()
