@@ -73,6 +73,8 @@ def _setup(config: dict[str, Any]) -> None:
     global _SPAWNER
     from ksearch.eval.spawn import CandidateSpawner
     _SPAWNER = CandidateSpawner(interpret=bool(config.get("interpret")), memory_limit_bytes=config.get("memory_limit"))
+    if not config.get("interpret"):
+        _SPAWNER.warm_triton_cache()
 
 
 def serve(conn: Any) -> None:
