@@ -140,8 +140,18 @@ def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps it
     candidate_roots = tuple({scratch, *(_real(p) for p in policy.candidate_prefixes)})
     paths = sysconfig.get_paths()
     stdlib = tuple({_real(paths["stdlib"])})
-    site = tuple({_real(paths[k]) for k in ("purelib", "platlib")} | {_real(p) for p in sys.path
-                                                                       if p.endswith(("site-packages", "dist-packages"))})
+    site_set = {_real(paths[k]) for k in ("purelib", "platlib")} | {_real(p) for p in sys.path
+                                                                     if p.endswith(("site-packages", "dist-packages"))}
+    # Libraries installed on PYTHONPATH rather than in site-packages (an offline GPU host's bundle) are
+    # libraries too, unless candidate code could live under them (a path entry above the scratch folder).
+    for entry in sys.path:
+        if entry and os.path.isdir(entry):
+            root = _real(entry)
+            if _under(root, stdlib) and not root.endswith(("site-packages", "dist-packages")):
+                continue            # the standard library (and lib-dynload) stays the standard library
+            if not any(_under(c, (root,)) or _under(root, (c,)) for c in candidate_roots):
+                site_set.add(root)
+    site = tuple(site_set)
     harness = (_real(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),)   # the ksearch package
     allow_exec = frozenset(policy.allow_exec)
     exec_origins = policy.exec_origins
