@@ -182,7 +182,7 @@ def test_show_draws_the_tree_and_a_summary(real_run, capsys):
     assert main(["show", str(real_run)]) == 0
     out = capsys.readouterr().out
     assert "root" in out and "families" in out and "<-" in out
-    assert "4 evaluations in 4 rounds" in out and "stopped: round budget used" in out
+    assert "4 evaluations in 4 rounds" in out and "finished: round budget used" in out
 
 
 def test_show_node_has_plan_kernel_diff_and_measurements(toy_run, capsys):
