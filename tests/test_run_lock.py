@@ -75,6 +75,34 @@ def test_sigkill_releases_the_lock_and_the_file_names_the_last_writer(holder):
     assert not probe(run).live
 
 
+def test_a_child_forked_by_the_writer_does_not_keep_a_dead_run_live(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    code = textwrap.dedent(f"""
+        import os, time
+        from ksearch.store.lock import RunLock
+        lock = RunLock({str(run)!r}).acquire()
+        child = os.fork()
+        if child == 0:
+            time.sleep(600)
+            os._exit(0)
+        print(child, flush=True)
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], env=ENV, stdout=subprocess.PIPE, text=True)
+    child = int(proc.stdout.readline())
+    try:
+        assert probe(run).live
+        proc.kill()
+        proc.wait()
+        assert Path(f"/proc/{child}").exists()           # the child lives on ...
+        assert not probe(run).live                       # ... without holding the dead writer's lock
+    finally:
+        os.kill(child, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_probe_of_a_folder_without_a_lock_file_is_not_live_and_creates_nothing(tmp_path):
     state = probe(tmp_path)
     assert not state.live and state.holder is None
@@ -193,3 +221,32 @@ def test_run_resume_and_show_on_one_run_directory(tmp_path):
     shown = _cli("show", str(run))
     assert "finished: round budget used" in " ".join(shown.stdout.split())
     assert json.loads((run / LOCK_NAME).read_text())["pid"] == second.pid
+
+
+# ---- show's status line ---------------------------------------------------------------------------------
+def test_show_says_why_a_run_stopped_without_finishing(tmp_path):
+    from ksearch.llm.base import ModelError
+    from ksearch.store import load_history
+    from ksearch.viz.tree_view import run_summary
+    from tests.test_resume_fork import FlakyModel, _run, _search
+
+    failed = tmp_path / "f"
+    s, _, j = _search(failed, search={"max_rounds": 3})
+    s.model = FlakyModel(2)
+    with pytest.raises(ModelError):
+        s.run()
+    j.close()
+    h = load_history(failed)
+    text = " ".join(run_summary(h).plain.split())
+    assert h.state == "stopped" and "stopped without finishing (a model request failed: provider gave up" in text
+    assert f"`ksearch resume {failed}` continues it" in text
+
+    extended = tmp_path / "e"
+    _run(extended, search={"max_rounds": 2})
+    assert load_history(extended).state == "finished"
+    with RunLock(extended):
+        assert load_history(extended).state == "running"      # e.g. resumed with a larger budget
+        with (extended / "journal.jsonl").open("a") as f:      # ... which went on past its old end
+            f.write(json.dumps({"seq": 99, "kind": "config", "t": time.time(), "changed": {}}) + "\n")
+    h = load_history(extended)
+    assert not h.ended and h.state == "stopped" and "killed or crashed" in run_summary(h).plain

@@ -30,6 +30,23 @@ LOCK_NAME = ".lock"
 ACQUIRE_GRACE_S = 1.0
 
 
+#: Descriptors of the locks this process holds. A child forked without exec (exec closes them: O_CLOEXEC)
+#: would share each lock, keeping the run "live" after this process died; the child closes its copies.
+_HELD_FDS: set[int] = set()
+
+
+def _close_inherited_locks() -> None:
+    for fd in list(_HELD_FDS):
+        try:
+            os.close(fd)        # never LOCK_UN here: that would unlock the parent's lock as well
+        except OSError:
+            pass
+    _HELD_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited_locks)
+
+
 class RunLocked(FileExistsError):
     """Another live process writes this run directory (a refusal: the CLI prints it and exits with 2)."""
 
@@ -127,6 +144,7 @@ class RunLock:
             os.close(fd)          # closing the descriptor drops the lock, if it was taken
             raise
         self._fd = fd
+        _HELD_FDS.add(fd)
         return self
 
     def _lock(self, fd: int) -> None:
@@ -151,6 +169,7 @@ class RunLock:
         """Drop the lock. The file stays, naming this process as the last writer."""
         if self._fd is not None:
             fd, self._fd = self._fd, None
+            _HELD_FDS.discard(fd)
             os.close(fd)
 
     def __enter__(self) -> "RunLock":

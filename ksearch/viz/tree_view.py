@@ -139,8 +139,10 @@ def writer_status(history: RunHistory) -> str:
     if history.state == "finished":
         return f"finished: {history.stop_reason}"
     last = f"; last writer pid {holder.pid}" if holder and holder.pid is not None else ""
-    return (f"stopped without finishing (killed or crashed{last}): `ksearch resume {history.run_dir}` "
-            f"continues it")
+    final = history.records[-1] if history.records else {}
+    why = (f"a model request failed: {' '.join(str(final.get('error') or '?').split())[:160]}"
+           if final.get("kind") == "model_failed" else "killed or crashed")
+    return f"stopped without finishing ({why}{last}): `ksearch resume {history.run_dir}` continues it"
 
 
 def format_duration(seconds: float | None) -> str:
