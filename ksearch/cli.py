@@ -99,17 +99,17 @@ def _sweep_ending_cleanly(args: argparse.Namespace) -> int:
     from ksearch.store.shutdown import (EXIT_DISK_FULL, EXIT_TERMINATED, Terminated, disk_full_message,
                                         is_disk_full, stop_on_sigterm, terminated_message)
 
-    arm = "ARM_DIR (the interrupted arm named above)"
+    which = " (ARM_DIR: the interrupted arm, named above; sweep.json lists the arms)"
     try:
         with stop_on_sigterm():
             return cmd_sweep(args)
     except Terminated:
-        print(terminated_message(arm), file=sys.stderr, flush=True)
+        print(terminated_message("ARM_DIR") + which, file=sys.stderr, flush=True)
         return EXIT_TERMINATED
     except OSError as e:
         if not is_disk_full(e):
             raise
-        print(disk_full_message(arm, e), file=sys.stderr, flush=True)
+        print(disk_full_message("ARM_DIR", e) + which, file=sys.stderr, flush=True)
         return EXIT_DISK_FULL
 
 
@@ -228,9 +228,8 @@ def _follow(run_path: Path, node_id: str | None, depth: int | None, statuses: se
     from rich.text import Text
 
     from ksearch.store import NotARunError, load_history
-    from ksearch.viz.tree_view import render_tree, run_summary
-
     from ksearch.store.lock import probe
+    from ksearch.viz.tree_view import render_tree, run_summary
 
     with Live(console=console, refresh_per_second=1) as live:
         while True:

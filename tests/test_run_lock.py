@@ -165,7 +165,7 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_run_resume_and_show_on_one_run_directory(tmp_path):
     run = tmp_path / "r"
-    rounds = "search.max_rounds=3"
+    rounds = "search.max_rounds=2"
     first = subprocess.Popen(CLI + ["run", f"run.dir={run}", rounds, "run.live=false"], env=ENV,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:

@@ -180,3 +180,30 @@ def test_sigterm_ends_a_run_with_one_line_kills_its_workers_and_resume_finishes(
     resumed = subprocess.run(CLI + ["resume", str(run)], env=ENV, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert [r["kind"] for r in _assert_whole_and_sequential(run)][-2:] == ["run_end", "tree"]
+
+
+@pytest.mark.slow
+def test_sigterm_ends_a_sweep_with_one_line_and_marks_the_arm_interrupted(tmp_path):
+    from ksearch.store.lock import probe
+
+    root = tmp_path / "sweep"
+    proc = subprocess.Popen(CLI + ["run", "-m", f"run.dir={root}", "run.seed=0,1", "search.max_rounds=1",
+                                   "run.live=false"], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while proc.poll() is None and time.time() < deadline and _records(root / "0_seed-0") < 3:
+            time.sleep(0.05)
+        assert proc.poll() is None, "the sweep ended before it could be stopped"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == EXIT_TERMINATED and "Traceback" not in out + err
+    assert len(_lines(err)) == 1 and "stopped by SIGTERM" in err and "ksearch resume" in err
+    assert f"ksearch resume {root / '0_seed-0'}" in " ".join(out.split())     # the arm to resume, by name
+    arms = json.loads((root / "sweep.json").read_text())["arms"]
+    assert [a["status"] for a in arms] == ["interrupted", "pending"]
+    assert not probe(root / "0_seed-0").live
