@@ -103,6 +103,31 @@ def test_a_child_forked_by_the_writer_does_not_keep_a_dead_run_live(tmp_path):
             proc.kill()
 
 
+def test_a_reader_never_sees_the_lock_file_without_a_holder(tmp_path):
+    import threading
+
+    RunLock(tmp_path, command="first").acquire().release()
+    stop = threading.Event()
+
+    def claim_again_and_again():
+        i = 0
+        while not stop.is_set():
+            try:
+                RunLock(tmp_path, command="x" * (i % 50)).acquire().release()    # identities of varying length
+            except RunLocked:
+                pass
+            i += 1
+
+    t = threading.Thread(target=claim_again_and_again)
+    t.start()
+    try:
+        seen = [probe(tmp_path).holder.command for _ in range(3000)]
+    finally:
+        stop.set()
+        t.join()
+    assert len(set(seen)) > 1
+
+
 def test_probe_of_a_folder_without_a_lock_file_is_not_live_and_creates_nothing(tmp_path):
     state = probe(tmp_path)
     assert not state.live and state.holder is None
@@ -200,8 +225,11 @@ def test_run_resume_and_show_on_one_run_directory(tmp_path):
     second = subprocess.Popen(CLI + ["resume", str(run)], env=ENV, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, start_new_session=True)
     try:
-        _wait(lambda: probe(run).live and probe(run).holder.pid == second.pid or second.poll() is not None, 120,
-              "the resume to take the lock")
+        def second_holds_it():
+            state = probe(run)
+            return state.live and state.holder is not None and state.holder.pid == second.pid
+
+        _wait(lambda: second_holds_it() or second.poll() is not None, 120, "the resume to take the lock")
         assert second.poll() is None, second.stderr.read().decode()[-2000:]
         third = _cli("resume", str(run))              # two resumes at once
         out = " ".join(third.stdout.split())

@@ -136,8 +136,10 @@ class RunLock:
                 self.before_claim()
             me = Holder(os.getpid(), socket.gethostname(), self.command, time.time())
             data = (json.dumps(me.__dict__) + "\n").encode()
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, data, 0)
+            # one write over the old identity (padded with JSON whitespace to cover it), then the length:
+            # a reader sees the old holder or the new one, never an empty file
+            os.pwrite(fd, data.ljust(os.fstat(fd).st_size), 0)
+            os.ftruncate(fd, len(data))
         except BaseException:
             if self._made_dir:
                 self._remove_if_untouched()
@@ -190,13 +192,19 @@ class RunLock:
             pass
 
 
-def _read_holder(fd: int) -> Holder | None:
-    """The identity in the lock file, or None when it is empty or unreadable (a lock file is never trusted)."""
-    try:
-        raw = os.pread(fd, 4096, 0)
-        d = json.loads(raw.decode("utf-8", "replace") or "null")
-    except (OSError, ValueError):
-        return None
+def _read_holder(fd: int, tries: int = 5) -> Holder | None:
+    """The identity in the lock file, or None when it is empty or unreadable (a lock file is never trusted).
+
+    A read that overlaps a writer's claim can see half of the new identity and half of the old one; such
+    a read is retried a few times, since the claim takes microseconds.
+    """
+    d = None
+    for attempt in range(tries):
+        try:
+            d = json.loads(os.pread(fd, 4096, 0).decode("utf-8", "replace") or "null")
+            break
+        except (OSError, ValueError):
+            time.sleep(0.005 * (attempt + 1))
     if not isinstance(d, dict):
         return None
     pid = d.get("pid")
