@@ -105,7 +105,22 @@ def _model_settings(cfg: DictConfig) -> dict[str, Any]:
 
 
 def execute(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None):
-    """Run (fresh) or resume the search described by `cfg` in `run_path`. Returns the SearchOutcome."""
+    """Run (fresh) or resume the search described by `cfg` in `run_path`. Returns the SearchOutcome.
+
+    One writer per run directory: the run's lock is taken before anything is written there (a second
+    process is refused with RunLocked) and held until the search has stopped and the journal is closed.
+    """
+    from ksearch.store import RunDir
+    from ksearch.store.lock import RunLock
+
+    run = RunDir(run_path)
+    if not fresh and not run.exists():
+        raise ConfigError(f"{run_path} holds no run to resume")
+    with RunLock(run_path, create_dir=fresh, before_claim=run.ensure_new if fresh else None):
+        return _execute_locked(cfg, run_path, fresh=fresh, progress=progress)
+
+
+def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None):
     from ksearch.eval.evaluator import Evaluator
     from ksearch.llm import build_model
     from ksearch.planner.search import Search, frozen_changes, settings_diff

@@ -45,6 +45,24 @@ def _sinks(cfg, run_path: Path, group: str | None = None):
 
 
 def _execute(cfg, run_path: Path, *, fresh: bool) -> int:
+    """Run or resume; a SIGTERM or a full disk ends it with one line on stderr (see store.shutdown)."""
+    from ksearch.store.shutdown import (EXIT_DISK_FULL, EXIT_TERMINATED, Terminated, disk_full_message,
+                                        is_disk_full, stop_on_sigterm, terminated_message)
+
+    try:
+        with stop_on_sigterm():
+            return _execute_and_print(cfg, run_path, fresh=fresh)
+    except Terminated:
+        print(terminated_message(run_path), file=sys.stderr, flush=True)
+        return EXIT_TERMINATED
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        print(disk_full_message(run_path, e), file=sys.stderr, flush=True)
+        return EXIT_DISK_FULL
+
+
+def _execute_and_print(cfg, run_path: Path, *, fresh: bool) -> int:
     from ksearch.app import execute
 
     sink = _sinks(cfg, run_path)
@@ -68,7 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ksearch.store import default_run_dir
 
     if args.multirun:
-        return cmd_sweep(args)
+        return _sweep_ending_cleanly(args)
     swept = _swept_overrides(args.overrides)
     if swept:
         raise ConfigError(f"{' '.join(swept)}: several values are a sweep; add -m to run every combination "
@@ -77,6 +95,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_path = Path(cfg.run.dir) if cfg.run.dir else default_run_dir(cfg.task.name)
     console.print(f"run directory: {run_path}", highlight=False)
     return _execute(cfg, run_path, fresh=True)
+
+
+def _sweep_ending_cleanly(args: argparse.Namespace) -> int:
+    """A sweep under SIGTERM or on a full disk: the arm that was running says how to resume it; one line."""
+    from ksearch.store.shutdown import (EXIT_DISK_FULL, EXIT_TERMINATED, Terminated, disk_full_message,
+                                        is_disk_full, stop_on_sigterm, terminated_message)
+
+    which = " (ARM_DIR: the interrupted arm, named above; sweep.json lists the arms)"
+    try:
+        with stop_on_sigterm():
+            return cmd_sweep(args)
+    except Terminated:
+        print(terminated_message("ARM_DIR") + which, file=sys.stderr, flush=True)
+        return EXIT_TERMINATED
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        print(disk_full_message("ARM_DIR", e) + which, file=sys.stderr, flush=True)
+        return EXIT_DISK_FULL
 
 
 def _swept_overrides(overrides: list[str]) -> list[str]:
@@ -171,12 +208,14 @@ def cmd_show(args: argparse.Namespace) -> int:
         out.print(render_node(history, args.node))
     out.print(run_summary(history), highlight=False)
     if history.torn_tail:
-        console.print("[dim]the journal ends in a partial line (the run is writing it, or was killed mid-write)[/]")
+        why = "the run is writing it" if history.live else "its writer was stopped mid-write; resume drops it"
+        console.print(f"[dim]the journal ends in a partial line ({why})[/]")
     return 0
 
 
 def _show_live(run_path: Path, node_id: str | None, depth: int | None, statuses: set[str] | None) -> int:
-    """Redraw the tree every 2 s from the journal until the run ends (Ctrl-C leaves; the run goes on)."""
+    """Redraw the tree every 2 s from the journal until the run ends or its writer is gone (Ctrl-C leaves;
+    the run goes on). A run nobody writes is drawn once, with who wrote it last."""
     from ksearch.store import load_history
 
     if not run_path.is_dir():
@@ -194,11 +233,13 @@ def _follow(run_path: Path, node_id: str | None, depth: int | None, statuses: se
     from rich.text import Text
 
     from ksearch.store import NotARunError, load_history
+    from ksearch.store.lock import probe
     from ksearch.viz.short_ids import ShortIds
     from ksearch.viz.tree_view import render_tree, run_summary
 
     with Live(console=console, refresh_per_second=1) as live:
         while True:
+            writer = probe(run_path)        # before reading: a writer that ends meanwhile wrote everything
             try:
                 history = load_history(run_path)
             except NotARunError:
@@ -214,9 +255,14 @@ def _follow(run_path: Path, node_id: str | None, depth: int | None, statuses: se
                 live.update(Group(render_tree(wm, root_id=ids.resolve(node_id, wm) if node_id else None,
                                               max_depth=depth, statuses=statuses, ids=ids, width=console.width,
                                               best_node_id=best.node_id if best else None), run_summary(history)))
-                if history.ended:
-                    return 0
+            if not writer.live:
+                break
             time.sleep(2)
+    if history is None or not history.ended:
+        last = writer.holder
+        who = f"last writer pid {last.pid} ended" if last and last.pid is not None else "no process writes it"
+        console.print(f"not running ({who}); `ksearch resume {run_path}` continues it", highlight=False)
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:

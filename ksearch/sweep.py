@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ksearch.store.shutdown import is_disk_full
+
 #: Settings that bound a run's spending; sweeping them gives arms different budgets, which is said aloud.
 BUDGET_KEYS = ("search.max_rounds", "search.max_rounds_per_cycle", "llm.max_cost_usd", "llm.max_requests")
 
@@ -181,6 +183,11 @@ def _run_arm(sweep: Sweep, arm: Arm, cfg: Any, execute: Callable[..., Any],
             f"{sweep.root / 'sweep.json'} lists the arms")
         raise
     except Exception as e:      # one arm's failure (model, evaluator, a bug) must not cost the other arms
+        if is_disk_full(e):     # ... but a full disk would fail every arm after it: stop the sweep
+            arm.status, arm.error, status = "interrupted", f"disk full: {e}", "killed"
+            log(f"disk full in arm {arm.index}; `ksearch resume {arm.run_dir}` continues that arm once there "
+                f"is space")
+            raise
         arm.status, arm.error = "failed", f"{type(e).__name__}: {e}"
         log(f"arm {arm.index} failed: {arm.error[:500]}; going on with the next arm")
     finally:

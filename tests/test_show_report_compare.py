@@ -194,7 +194,7 @@ def test_show_draws_the_tree_and_a_summary(real_run, capsys):
     out = capsys.readouterr().out
     assert "root" in out and "families" in out and "* " in out and " best " in out
     flat = " ".join(out.split())            # the summary line may wrap at 100 columns
-    assert "4 evaluations in 4 rounds" in flat and "stopped: round budget used" in flat
+    assert "4 evaluations in 4 rounds" in flat and "finished: round budget used" in flat
 
 
 def test_show_node_has_plan_kernel_diff_and_measurements(toy_run, capsys):

@@ -18,6 +18,7 @@ import yaml
 
 from ksearch.eval.report import BaselineTimes, EvalReport, WorkloadResult
 from ksearch.store.journal import read_journal
+from ksearch.store.lock import WriterState, probe
 
 #: Record kinds this reader interprets; any other kind is kept in `RunHistory.by_kind` untouched.
 KNOWN_KINDS = ("run_start", "baseline", "model", "edit", "select", "evaluation", "best", "attach",
@@ -102,6 +103,19 @@ class RunHistory:
     last_at: float | None
     ended_at: float | None
     torn_tail: bool = False                     # the journal ends in a partial line (being written, or killed)
+    writer: WriterState = WriterState(False, None)   # a live writer holds the run's lock; else the last one
+
+    @property
+    def live(self) -> bool:
+        """A process is writing this run now (it holds the run's lock)."""
+        return self.writer.live
+
+    @property
+    def state(self) -> str:
+        """"running", "finished" (a run_end is the last step) or "stopped" (it died or was killed mid-run)."""
+        if self.live:
+            return "running"
+        return "finished" if self.ended else "stopped"
 
     # ---- identity ---------------------------------------------------------------------------------
     @property
@@ -288,9 +302,11 @@ def load_history(run_dir: str | Path) -> RunHistory:
             baseline = _baseline_from_json(r["value"])
         elif kind == "run_end":
             stop, ended_at = str(r.get("stop") or "ended"), r.get("t")
+        if kind not in ("run_end", "tree") and stop is not None:
+            stop = ended_at = None      # a resume went on after this end (e.g. a larger budget): not ended
     times = [r["t"] for r in records if isinstance(r.get("t"), (int, float))]
     return RunHistory(run_dir, config, records, by_kind, evaluations, bests, usage, tree, baseline, stop,
-                      min(times, default=None), max(times, default=None), ended_at, torn)
+                      min(times, default=None), max(times, default=None), ended_at, torn, probe(run_dir))
 
 
 def is_run_dir(path: str | Path) -> bool:

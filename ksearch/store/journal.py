@@ -78,7 +78,8 @@ class Journal:
         self.on_info: Callable[[dict[str, Any]], None] | None = None
         self.on_live: Callable[[], None] | None = None
         self._went_live = False
-        self._f = path.open("a", encoding="utf-8")
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._size = os.fstat(self._fd).st_size     # the end of the last whole record
 
     @property
     def replaying(self) -> bool:
@@ -100,13 +101,31 @@ class Journal:
                 self.on_live()
 
     def close(self) -> None:
-        self._f.close()
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
     def _append(self, record: dict[str, Any]) -> None:
-        self._f.write(json.dumps(record, default=str, separators=(",", ":")) + "\n")
-        self._f.flush()
-        if self.fsync:
-            os.fsync(self._f.fileno())
+        """Write one whole line, or nothing: a failed write (a full disk) is cut off before it is raised.
+
+        Unbuffered, so nothing is left in memory to be flushed half-way later; a short write is continued.
+        """
+        if self._fd is None:
+            raise ValueError(f"{self.path}: the journal is closed")
+        line = (json.dumps(record, default=str, separators=(",", ":")) + "\n").encode("utf-8")
+        try:
+            rest = memoryview(line)
+            while rest:
+                rest = rest[os.write(self._fd, rest):]
+            if self.fsync:
+                os.fsync(self._fd)
+        except OSError as e:
+            try:
+                os.ftruncate(self._fd, self._size)      # drop the partial line; freeing space cannot fail for lack of it
+            except OSError:
+                pass                                    # then resume drops it as a torn last line
+            raise OSError(e.errno, e.strerror, str(self.path)) from None
+        self._size += len(line)
 
     def event(self, kind: str, check: dict[str, Any] | None = None, **payload: Any) -> dict[str, Any]:
         """Record a derived event; in replay, confirm it matches the journal instead of writing it."""

@@ -33,10 +33,14 @@ class RunDir:
     def config_path(self) -> Path:
         return self.path / "config.yaml"
 
-    def create(self, config_yaml: str) -> None:
+    def ensure_new(self) -> None:
+        """Refuse a folder that already holds a run (a fresh run must not write over it)."""
         if self.journal_path.exists() and self.journal_path.stat().st_size > 0:
             raise FileExistsError(f"{self.path} already holds a run; use `ksearch resume {self.path}` to continue "
                                   f"it, or pick another run.dir")
+
+    def create(self, config_yaml: str) -> None:
+        self.ensure_new()
         (self.path / "solutions").mkdir(parents=True, exist_ok=True)
         atomic_write(self.config_path, config_yaml)
 
@@ -73,8 +77,12 @@ class RunDir:
 def atomic_write(path: Path, text: str) -> None:
     """Write to a temporary sibling, fsync, rename: a reader (or a crash) sees the old file or the new one."""
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)     # a full disk or a stop must not leave half a file behind
+        raise

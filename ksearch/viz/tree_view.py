@@ -213,13 +213,26 @@ def run_summary(history: RunHistory) -> Text:
     t = Text(f"{len(history.evaluations)} evaluations in {history.rounds} rounds on {history.device}; ")
     t.append(f"best {best.score:.4g}x at {at} (round {best.round})" if best else "no passing kernel yet",
              style="bold" if best else "red")
-    t.append(f"; stopped: {history.stop_reason}" if history.ended else
-             "; not finished (running, or killed: `ksearch resume` continues it)")
+    t.append(f"; {writer_status(history)}")
     u = history.usage
     t.append(f"; {u.requests} model requests, ${u.cost_usd:.4f}, {u.total_tokens} tokens", style="dim")
     if history.wall_s is not None:
         t.append(f"; {format_duration(history.wall_s)} wall", style="dim")
     return t
+
+
+def writer_status(history: RunHistory) -> str:
+    """Running (who), finished (why), or stopped without finishing (and the command that continues it)."""
+    holder = history.writer.holder
+    if history.state == "running":
+        return f"running ({holder.describe()})" if holder else "running"
+    if history.state == "finished":
+        return f"finished: {history.stop_reason}"
+    last = f"; last writer pid {holder.pid}" if holder and holder.pid is not None else ""
+    final = history.records[-1] if history.records else {}
+    why = (f"a model request failed: {' '.join(str(final.get('error') or '?').split())[:160]}"
+           if final.get("kind") == "model_failed" else "killed or crashed")
+    return f"stopped without finishing ({why}{last}): `ksearch resume {history.run_dir}` continues it"
 
 
 def format_duration(seconds: float | None) -> str:
