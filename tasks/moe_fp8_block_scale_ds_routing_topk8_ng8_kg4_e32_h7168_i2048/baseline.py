@@ -117,6 +117,7 @@ def torch_grouped_fp8_dequant(inputs):
 
 
 FP8_MAX = 448.0
+ROW_ALIGN = 16
 
 
 def _fp8_rows(x):
@@ -145,8 +146,14 @@ def _gemm_fp8_blockscale(a, a_scale, w, w_scale):
     cuBLASLt wants scale_a column-major and scale_b as the transposed view of the (N/128, K/128) tensor.
     """
     if a.device.type == "cuda":
-        return torch._scaled_mm(a, w.t(), scale_a=a_scale.t().contiguous().t(), scale_b=w_scale.t(),
-                                out_dtype=torch.bfloat16).float()
+        m = a.shape[0]
+        pad = -m % ROW_ALIGN          # cuBLASLt refuses block-scaled FP8 with a row count off this multiple
+        if pad:
+            a = torch.cat([a.view(torch.uint8), a.new_zeros(pad, a.shape[1], dtype=torch.uint8)]).view(a.dtype)
+            a_scale = torch.cat([a_scale, a_scale.new_ones(pad, a_scale.shape[1])])
+        out = torch._scaled_mm(a, w.t(), scale_a=a_scale.t().contiguous().t(), scale_b=w_scale.t(),
+                               out_dtype=torch.bfloat16)
+        return out[:m].float()
     m, k = a.shape
     n = w.shape[0]
     a32 = (a.float().view(m, k // BLOCK, BLOCK) * a_scale[:, :, None]).view(m, k)
