@@ -155,3 +155,18 @@ def test_fused_split_kv_allocates_once_and_returns_fresh_outputs():
     for got in (first, second):
         res = _check(got, want)
         assert res.passed, res.message
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("knobs", [{}, {"TARGET_CTAS": 528, "MIN_SPLIT_TOKENS": 16, "BLOCK_N": 32}])
+def test_fused_split_kv_on_the_gpu(knobs):
+    # The tagged-partial handshake (release/acquire across programs) only runs for real on a GPU:
+    # repeated calls on the feedback shapes, every one checked.
+    run = _entry("fused_split_kv", knobs)
+    for w in _task.workload_set("feedback"):
+        inputs = _task.make_inputs(w, device="cuda", seed=3)
+        want = _task.reference(**inputs)
+        for _ in range(10):
+            res = _check(run(**inputs), want)
+            assert res.passed, f"{w.name} {knobs}: {res.message}"
