@@ -1,8 +1,10 @@
 """`ksearch bench`: time the reference, the baselines and given kernels the way the evaluator does.
 
-Prints one table per kernel (per workload: latency, speedup against each baseline, achieved bandwidth
-and its fraction of the device's copy bandwidth when the task knows its traffic), then the geometric
-mean and fast_p (fraction of workloads faster than the best baseline). `--out` keeps the raw numbers.
+Prints one table per kernel (per workload: latency, speedup against each baseline, achieved bandwidth,
+and for the kernel and every baseline the fraction of the workload's physical limit: the copy bandwidth
+or the tensor-core peak, whichever binds (ksearch/eval/roofline.py; peaks measured once per process on
+a GPU)), then the geometric mean and fast_p (fraction of workloads faster than the best baseline).
+`--out` keeps the raw numbers.
 
 `--baseline-repeats N` instead measures the baselines N times, each in a fresh worker process (a new
 CUDA context, as a new run would get), and prints per workload and variant the median latency and the
@@ -17,12 +19,13 @@ import json
 import math
 import platform
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 from rich.table import Table
 
 from ksearch.eval.report import BaselineTimes, EvalReport, geomean
+from ksearch.eval.roofline import LimitFraction
 
 
 def _versions() -> dict[str, str]:
@@ -48,24 +51,12 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def copy_bandwidth_tbs() -> float | None:
-    """Device-to-device copy rate (bytes read + written per second), the practical bandwidth ceiling."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    import statistics
-
-    from ksearch.eval.gputime import graph_gpu_ms
-
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    per_call, _ = graph_gpu_ms(lambda _i: dst.copy_(src), 1, 5, 5)
-    return 2 * src.numel() / (statistics.median(per_call) * 1e-3) / 1e12 if per_call else None
+LimitFn = Callable[[str, float], LimitFraction | None]   # (workload name, latency ms) -> fraction of the limit
 
 
 def summarize(name: str, report: EvalReport, baseline: BaselineTimes, traffic: dict[str, int | None],
-              copy_tbs: float | None) -> dict[str, Any]:
+              copy_tbs: float | None, limit: LimitFn | None = None) -> dict[str, Any]:
+    """Per-workload rows; with `limit`, each subject's (kernel, baselines) fraction of the physical limit."""
     rows = []
     # Baselines timed in the kernel's own job, interleaved with it (GPU), when there are any.
     variants = {v: {**t, **report.baseline_ms.get(v, {})} for v, t in baseline.variants.items()}
@@ -75,6 +66,9 @@ def summarize(name: str, report: EvalReport, baseline: BaselineTimes, traffic: d
                                "spread": w.spread, "reference_ms": baseline.reference.get(w.workload)}
         for v, times in variants.items():
             row[f"{v}_ms"] = times.get(w.workload)
+            lf = limit(w.workload, times[w.workload]) if limit and times.get(w.workload) else None
+            if lf:
+                row[f"{v}_limit"] = lf.to_json()
         if w.latency_ms:
             row["vs_best"] = best[w.workload] / w.latency_ms if w.workload in best else None
             for v, times in variants.items():
@@ -85,6 +79,9 @@ def summarize(name: str, report: EvalReport, baseline: BaselineTimes, traffic: d
                 row["tb_per_s"] = tb / (w.latency_ms * 1e-3) / 1e12
                 if copy_tbs:
                     row["frac_copy_bw"] = row["tb_per_s"] / copy_tbs
+            lf = limit(w.workload, w.latency_ms) if limit else None
+            if lf:
+                row["limit"] = lf.to_json()
         rows.append(row)
     ok = [r for r in rows if r.get("vs_best")]
     out = {"name": name, "status": report.status, "rows": rows, "baseline": baseline.label,
@@ -103,7 +100,7 @@ def summarize(name: str, report: EvalReport, baseline: BaselineTimes, traffic: d
 def print_summary(console: Console, s: dict[str, Any], variants: list[str]) -> None:
     t = Table(title=f"{s['name']}  [{s['status']}]  vs {s['baseline']}")
     cols = ["workload", "ref ms"] + [f"{v} ms" for v in variants] + ["kernel ms", "±%", "vs best"] + \
-        [f"vs {v}" for v in variants] + ["TB/s", "% copy"]
+        [f"vs {v}" for v in variants] + ["TB/s", "% limit"] + [f"{v} % limit" for v in variants]
     for c in cols:
         t.add_column(c, justify="right" if c != "workload" else "left")
 
@@ -114,8 +111,13 @@ def print_summary(console: Console, s: dict[str, Any], variants: list[str]) -> N
         t.add_row(r["workload"], f(r.get("reference_ms")), *[f(r.get(f"{v}_ms")) for v in variants],
                   f(r.get("latency_ms")), f(100 * r["spread"] if r.get("spread") else None, ".1f"),
                   f(r.get("vs_best"), ".3f"), *[f(r.get(f"vs_{v}"), ".3f") for v in variants],
-                  f(r.get("tb_per_s"), ".2f"), f(100 * r["frac_copy_bw"], ".0f") if r.get("frac_copy_bw") else "-")
+                  f(r.get("tb_per_s"), ".2f"), _limit_cell(r.get("limit")),
+                  *[_limit_cell(r.get(f"{v}_limit")) for v in variants])
     console.print(t)
+    sources = {lim["source"] for r in s["rows"] for k, lim in r.items() if k == "limit" or k.endswith("_limit")}
+    if sources:
+        console.print("% limit: achieved / the binding limit (mem = copy bandwidth, fp = tensor peak); limits: "
+                      + ", ".join(sorted(sources)), highlight=False)
     extra = "  ".join(f"vs {v}: {f(s.get(f'geomean_vs_{v}'), '.3f')}" for v in variants)
     console.print(f"geomean vs best baseline: {f(s['geomean_vs_best'], '.3f')}  fast_p: {s['fast_p']:.2f}  {extra}",
                   highlight=False)
@@ -123,6 +125,13 @@ def print_summary(console: Console, s: dict[str, Any], variants: list[str]) -> N
         console.print(f"flag: {flag}", highlight=False, markup=False)
     if s.get("failure"):
         console.print(f"failure: {s['failure']}", highlight=False, markup=False)
+
+
+def _limit_cell(lim: dict[str, Any] | None) -> str:
+    """e.g. "62% mem" or "41% fp"."""
+    if not lim:
+        return "-"
+    return f"{100 * lim['fraction']:.0f}% {'mem' if lim['bound'] == 'memory' else 'fp'}"
 
 
 def repeat_baselines(task: Any, settings: Any, workloads: list[Any], repeats: int,
@@ -183,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ksearch.app import compose_config, resolve_eval
     from ksearch.eval.evaluator import Evaluator
+    from ksearch.eval.roofline import limit_fraction, measure_peaks
     from ksearch.instantiate import Solution, solution_from_text
     from ksearch.llm.catalog import load_catalog
     from ksearch.task import load_task
@@ -209,8 +219,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.families or not kernels:
         cat = load_catalog(task.strategies_dir, task.name)
         kernels += [(f"family {f.name} (defaults)", cat.render(f.name, {})) for f in cat.families]
-    copy_tbs = copy_bandwidth_tbs() if on_gpu else None
+    peaks = measure_peaks(device) if on_gpu else None      # once per process: copy, bf16, fp8, fp32 rates
+    copy_tbs = peaks.copy_tbs if peaks else None
     traffic = {w.name: task.traffic_bytes(w) for w in workloads}
+    by_name = {w.name: w for w in workloads}
+
+    def limit(workload: str, latency_ms: float) -> LimitFraction | None:
+        return limit_fraction(task, by_name[workload], latency_ms, peaks) if peaks else None
+
     results = []
     with Evaluator(task, settings) as ev:
         baseline = ev.measure_baselines(workloads, time_reference=True)
@@ -219,13 +235,15 @@ def main(argv: list[str] | None = None) -> int:
         for name, code in kernels:
             sol = Solution.from_code(task.name, code, name=name)
             report = ev.evaluate(code, sol.solution_id, workloads, baseline)
-            s = summarize(name, report, baseline, traffic, copy_tbs)
+            s = summarize(name, report, baseline, traffic, copy_tbs, limit)
             print_summary(console, s, list(baseline.variants))
             results.append(s)
     doc = {"task": task.name, "workload_set": set_name, "device": device, "versions": _versions(),
-           "copy_bandwidth_tbs": copy_tbs, "baseline": baseline.to_json(), "kernels": results}
-    if copy_tbs:
-        console.print(f"copy bandwidth: {copy_tbs:.2f} TB/s", highlight=False)
+           "copy_bandwidth_tbs": copy_tbs, "peaks": peaks.to_json() if peaks else None, "baseline": baseline.to_json(), "kernels": results}
+    if peaks:
+        console.print(f"peaks ({peaks.device}): copy {peaks.copy_tbs:.2f} TB/s ({peaks.memory_source}); "
+                      + ", ".join(f"{k} {v:.0f} TFLOP/s ({peaks.source(k)})" for k, v in peaks.tflops.items()),
+                      highlight=False)
     console.print(json.dumps(doc["versions"]), highlight=False)
     if args.out:
         Path(args.out).write_text(json.dumps(doc, indent=1, default=lambda x: None if isinstance(x, float) and

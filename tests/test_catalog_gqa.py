@@ -36,6 +36,10 @@ EXTREMES = {
         {"BLOCK_N": 16, "NUM_WARPS": 2, "NUM_STAGES": 1},
         {"BLOCK_N": 128, "NUM_WARPS": 2, "NUM_STAGES": 4, "EVICT_FIRST": True},
     ],
+    "fused_split_kv": [
+        {"BLOCK_N": 16, "TARGET_CTAS": 528, "MIN_SPLIT_TOKENS": 16, "NUM_WARPS": 2, "NUM_STAGES": 1},
+        {"BLOCK_N": 128, "TARGET_CTAS": 132, "MIN_SPLIT_TOKENS": 128, "NUM_WARPS": 8, "NUM_STAGES": 3},
+    ],
 }
 
 
@@ -115,6 +119,8 @@ def test_family_matches_reference(family, knobs, tiny_cases):
     ("split_kv", {"TARGET_CTAS": 2112, "MIN_SPLIT_TOKENS": 16, "BLOCK_N": 16}),
     ("split_kv", {"USE_DOT": False, "MIN_SPLIT_TOKENS": 16, "BLOCK_N": 16}),
     ("grouped_heads", {}),
+    ("fused_split_kv", {}),
+    ("fused_split_kv", {"TARGET_CTAS": 528, "MIN_SPLIT_TOKENS": 16, "BLOCK_N": 16}),
 ])
 def test_empty_and_short_sequences(family, knobs):
     # One empty sequence (output 0, lse -inf) and a 1-token one that gets splits with no tokens.
@@ -127,3 +133,40 @@ def test_empty_and_short_sequences(family, knobs):
     assert torch.all(out[1] == 0)
     assert torch.all(torch.isneginf(lse[1]))
     assert torch.isfinite(lse[[0, 2, 3]]).all() and torch.isfinite(out.float()).all()
+
+
+def test_fused_split_kv_allocates_once_and_returns_fresh_outputs():
+    # One allocation per call (outputs and scratch carved from it), fresh on every call, and a
+    # multi-split schedule whose combiner merges several partials.
+    run = _entry("fused_split_kv", {"TARGET_CTAS": 528, "MIN_SPLIT_TOKENS": 16, "BLOCK_N": 16})
+    assert run.__globals__["_num_splits"](2, 200) > 2
+    inputs = _edge_inputs([120, 80], num_pages=256)
+    want = _task.reference(**inputs)
+    calls = []
+    real_empty = torch.empty
+    try:
+        torch.empty = lambda *a, **k: calls.append(a) or real_empty(*a, **k)
+        first = run(**inputs)
+        second = run(**inputs)
+    finally:
+        torch.empty = real_empty
+    assert len(calls) == 2
+    assert first[0].data_ptr() != second[0].data_ptr()
+    for got in (first, second):
+        res = _check(got, want)
+        assert res.passed, res.message
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("knobs", [{}, {"TARGET_CTAS": 528, "MIN_SPLIT_TOKENS": 16, "BLOCK_N": 32}])
+def test_fused_split_kv_on_the_gpu(knobs):
+    # The tagged-partial handshake (release/acquire across programs) only runs for real on a GPU:
+    # repeated calls on the feedback shapes, every one checked.
+    run = _entry("fused_split_kv", knobs)
+    for w in _task.workload_set("feedback"):
+        inputs = _task.make_inputs(w, device="cuda", seed=3)
+        want = _task.reference(**inputs)
+        for _ in range(10):
+            res = _check(run(**inputs), want)
+            assert res.passed, f"{w.name} {knobs}: {res.message}"

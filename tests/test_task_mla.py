@@ -376,3 +376,28 @@ def test_family_defaults_compile_for_sm90a(task):
     assert {k["family"] for k in kernels} == {f.name for f in _catalogs[task].families}
     for k in kernels:
         assert k["shared"] <= 232448, k
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_fused_even_split_on_the_gpu():
+    # The tagged-partial handshake (release/acquire across programs) only runs for real on a GPU.
+    run = _entry(DECODE, "fused_even_split", {"MAX_SPLITS": 32, "CTAS_PER_SM": 4})
+    t = _tasks[DECODE]
+    for w in t.workload_set("feedback"):
+        inputs = t.make_inputs(w, device="cuda", seed=3)
+        want = t.reference(**inputs)
+        for _ in range(10):
+            res = _check(DECODE, run(**inputs), want)
+            assert res.passed, f"{w.name}: {res.message}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_persistent_tc_tile_on_the_gpu():
+    run = _entry(PREFILL, "persistent_tc_tile", {})
+    t = _tasks[PREFILL]
+    for w in t.workload_set("feedback"):
+        inputs = t.make_inputs(w, device="cuda", seed=3)
+        res = _check(PREFILL, run(**inputs), t.reference(**inputs))
+        assert res.passed, f"{w.name}: {res.message}"

@@ -278,3 +278,28 @@ def test_traffic_counts_active_experts_only(task):
     one = task.traffic_bytes(fb[0])                                      # T=1: a few experts
     assert per_expert < one < 8 * per_expert + 10 ** 6
     assert task.traffic_bytes(fb[-1]) > one
+
+
+# ----------------------------------------------------------------------------------------------- (e)
+
+def test_cublaslt_baseline_data_flow_passes_on_cpu(task, tiny):
+    # On a CPU each torch._scaled_mm is the fp32 product of the dequantised operands: this checks the
+    # routing, gathers, silu convention, FP8 requantisation of the intermediate and the scatter.
+    factory = task.baselines()["cublaslt_fp8_blockscale"]
+    for w, inp, ref in tiny:
+        result = _rule(task, factory(inp)(), ref)
+        assert result.passed, (w.name, result.message)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", ["fb_t1_off32", "fb_t32_off32", "full_t901_off96"])
+def test_cublaslt_baseline_matches_reference_on_gpu(task, name):
+    """cuBLASLt FP8 block-scale GEMMs (torch._scaled_mm) at the dataset's full sizes, against the reference."""
+    w = next(x for s in ("feedback", "full") for x in task.workload_set(s) if x.name == name)
+    inp = task.make_inputs(w, device="cuda", seed=w.input_seed(0))
+    ref = task.reference(**inp)
+    got = task.baselines()["cublaslt_fp8_blockscale"](inp)()
+    torch.cuda.synchronize()
+    result = _rule(task, got, ref)
+    assert result.passed, (name, result.message)

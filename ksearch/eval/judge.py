@@ -126,7 +126,7 @@ class Judge:
         self.corr = self.task.correctness
         self.cands = [_Cand(sid, src, EvalReport(sid, PASSED, job.device, trials=job.trials,
                                                  check_trials=job.check_trials)) for src, sid in job.candidates]
-        self._refs: dict[int, list[Any]] = {}
+        self._datasheet: Any = None
 
     # ---- talking to a candidate -------------------------------------------------------------------------
     def _remaining(self, c: _Cand) -> float:
@@ -382,13 +382,19 @@ class Judge:
     def floor_check(self, c: _Cand, w: Workload, row: WorkloadResult) -> None:
         if not self.job.floor_check or row.latency_ms is None or not self.on_gpu:
             return
-        from ksearch.eval.roofline import physical_floor_ms
+        from ksearch.eval.roofline import datasheet_for, physical_floor_ms
 
-        floor_ms, why = physical_floor_ms(self.task, w, self.device)
-        if floor_ms and row.latency_ms < floor_ms:
-            c.fail(INCORRECT_TIMING, f"{row.latency_ms * 1e3:.3f} µs is below the physical floor of "
-                                     f"{floor_ms * 1e3:.3f} µs for this workload ({why}): the timing cannot be real",
-                   w.name)
+        if self._datasheet is None:
+            self._datasheet = datasheet_for(torch.cuda.get_device_name()) or False
+        if not self._datasheet:
+            return              # a GPU without a datasheet entry: no floor rather than a wrong one
+        floor_ms = physical_floor_ms(self.task, w, self._datasheet, device=self.device)
+        measured = row.gpu_time_ms if row.gpu_time_ms is not None else row.latency_ms
+        if floor_ms and measured < floor_ms:
+            c.fail(INCORRECT_TIMING, f"{measured * 1e3:.3f} µs of GPU time is below the physical floor of "
+                                     f"{floor_ms * 1e3:.3f} µs for this workload (its fewest bytes at the HBM "
+                                     f"datasheet bandwidth, its FLOPs at the highest tensor peak, x0.8): the "
+                                     f"timing cannot be real", w.name)
 
     def time_cpu(self, c: _Cand, w: Workload, check_ms: list[float]) -> None:
         """On a CPU every timed call is a checked call on fresh inputs, clocked by the judge."""

@@ -51,6 +51,11 @@ def _import_file(module_name: str, path: Path) -> ModuleType:
     return mod
 
 
+def task_module(task_dir: Path, stem: str) -> ModuleType:
+    """A task folder's `<stem>.py`, imported once under the name `Task` uses (so files can share it)."""
+    return _import_file(f"ksearch_tasks.{task_dir.name}.{stem}", task_dir / f"{stem}.py")
+
+
 @dataclass
 class Task:
     """Everything the evaluator and the offline model need to know about one kernel."""
@@ -62,7 +67,7 @@ class Task:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def _module(self, stem: str) -> ModuleType:
-        return _import_file(f"ksearch_tasks.{self.name}.{stem}", self.dir / f"{stem}.py")
+        return task_module(self.dir, stem)
 
     @cached_property
     def workloads_module(self) -> ModuleType:
@@ -94,10 +99,25 @@ class Task:
             raise ValueError(f"{self.name}: make_inputs returned {list(inputs)}, expected {names}")
         return inputs
 
+    @cached_property
+    def roofline_module(self) -> ModuleType | None:
+        """tasks/<name>/roofline.py: the task's traffic and FLOP formulas, if it declares them."""
+        return self._module("roofline") if (self.dir / "roofline.py").is_file() else None
+
     def traffic_bytes(self, workload: Workload) -> int | None:
-        """The fewest bytes a kernel must move for this workload (for bandwidth reporting), if known."""
-        fn = getattr(self.workloads_module, "traffic_bytes", None)
+        """The fewest bytes a kernel must move for this workload (inputs read once, outputs written), if known."""
+        fn = getattr(self.roofline_module, "traffic_bytes", None)
         return int(fn(workload)) if fn else None
+
+    def flops(self, workload: Workload) -> int | None:
+        """The useful FLOPs of this workload (causal: the unmasked part only), if known."""
+        fn = getattr(self.roofline_module, "flops", None)
+        return int(fn(workload)) if fn else None
+
+    @property
+    def compute_dtype(self) -> str | None:
+        """Which tensor-core peak bounds this task's FLOPs: "bf16", "fp8" or "fp32" (None if undeclared)."""
+        return getattr(self.roofline_module, "compute_dtype", None)
 
     @cached_property
     def reference(self) -> Callable[..., Any]:

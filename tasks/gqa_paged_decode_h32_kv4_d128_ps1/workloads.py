@@ -47,12 +47,3 @@ def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:
         "kv_indptr": indptr.to(device), "kv_indices": indices.to(device),
         "sm_scale": float(workload.params["sm_scale"]),
     }
-
-
-def traffic_bytes(workload: Workload) -> int:
-    """Each referenced K and V row read once (bf16), q read, output and lse written."""
-    ax = workload.axes
-    kv = 2 * ax["num_kv_indices"] * NUM_KV_HEADS * HEAD_DIM * 2
-    qo = 2 * ax["batch_size"] * NUM_QO_HEADS * HEAD_DIM * 2 + ax["batch_size"] * NUM_QO_HEADS * 4
-    idx = 4 * (ax["num_kv_indices"] + ax["len_indptr"])
-    return kv + qo + idx

@@ -54,13 +54,3 @@ def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:
         "kv_indptr": indptr.to(device), "kv_indices": indices.to(device),
         "sm_scale": float(workload.params["sm_scale"]),
     }
-
-
-def traffic_bytes(workload: Workload) -> int:
-    """Each referenced ckv and kpe row read once (bf16), q read, output and lse written, indices read."""
-    ax = workload.axes
-    kv = ax["num_kv_indices"] * (HEAD_DIM_CKV + HEAD_DIM_KPE) * 2
-    q = ax["batch_size"] * NUM_QO_HEADS * (HEAD_DIM_CKV + HEAD_DIM_KPE) * 2
-    out = ax["batch_size"] * NUM_QO_HEADS * (HEAD_DIM_CKV * 2 + 4)
-    idx = 4 * (ax["num_kv_indices"] + ax["len_indptr"])
-    return kv + q + out + idx

@@ -157,13 +157,3 @@ def active_local_experts(workload: Workload) -> int:
     ids, _ = _reference_module().route(logits, bias, ROUTED_SCALING_FACTOR)
     local = ids[(ids >= offset) & (ids < offset + NUM_LOCAL)]
     return int(torch.unique(local).numel())
-
-
-def traffic_bytes(workload: Workload) -> int:
-    """The weights (and scales) of every active local expert read once, plus activations, logits and output."""
-    t = workload.axes["seq_len"]
-    hidden, inter = sizes(workload)
-    hb, ib = hidden // BLOCK, inter // BLOCK
-    per_expert = 3 * hidden * inter + 4 * (2 * ib * hb + hb * ib)
-    tokens = t * hidden + 4 * hb * t + 4 * NUM_EXPERTS * t + 2 * t * hidden
-    return active_local_experts(workload) * per_expert + tokens + 2 * NUM_EXPERTS
