@@ -30,17 +30,17 @@ def _task_dir_override(overrides: list[str]) -> str | None:
 
 def checked(cfg: DictConfig) -> DictConfig:
     """`cfg` against the schema (keys added with `+` included) and every rule of ksearch.config_validate."""
-    from omegaconf.errors import OmegaConfBaseException
-
     from ksearch.config_validate import violations
 
-    try:
-        OmegaConf.merge(OmegaConf.structured(Config), cfg)
-    except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", "") or ""
-        raise ConfigError(f"{key or 'config'}: not a setting of ksearch ({str(e).splitlines()[0]}); "
-                          f"`ksearch run --help` and ksearch/config.py list the settings") from None
-    bad = violations(to_plain_config(cfg))
+    from ksearch.config_validate import leaf_keys
+
+    plain = to_plain_config(cfg)
+    known = set(leaf_keys(to_plain_config(OmegaConf.structured(Config))))    # type: ignore[arg-type]
+    unknown = sorted(set(leaf_keys(plain)) - known)
+    if unknown:
+        raise ConfigError(f"{', '.join(unknown)}: not a setting of ksearch (a `+key=` override cannot add one); "
+                          f"ksearch/config.py lists the settings")
+    bad = violations(plain)
     if bad:
         raise ConfigError("; ".join(bad))
     return cfg

@@ -154,14 +154,6 @@ def run_trials(subjects: list[Subject], *, device: str, warmup: int, iterations:
     return res
 
 
-def time_call(fn: Callable[[], Any], *, device: str, warmup: int, iterations: int) -> float:
-    """Median milliseconds of `fn` (one round). Kept for callers outside the evaluator (bench)."""
-    r = run_trials([Subject("fn", fn)], device=device, warmup=warmup, iterations=iterations, trials=1)
-    if "fn" in r.errors:
-        raise RuntimeError(r.errors["fn"])
-    return _median(r.samples["fn"][0])
-
-
 def time_cuda(fn: Callable[[], Any], *, warmup: int, iterations: int, cold_l2: bool = True) -> float:
     r = run_trials([Subject("fn", fn)], device="cuda", warmup=warmup, iterations=iterations, trials=1,
                    cold_l2=cold_l2)
