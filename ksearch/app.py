@@ -104,9 +104,9 @@ def load_saved_config(run_dir: Path, overrides: list[str]) -> DictConfig:
     return checked(cfg)  # type: ignore[arg-type]
 
 
-def resolve_eval(cfg: DictConfig, task: Any) -> tuple[str, str, list[Any], Any]:
-    """(device, workload set name, workloads, EvalSettings) for a config: one place for the CPU/GPU split."""
-    from ksearch.eval.evaluator import EvalSettings, resolve_device
+def check_device(cfg: DictConfig) -> str:
+    """The device eval.device names on this machine (auto resolved); a ConfigError when it has none such."""
+    from ksearch.eval.evaluator import resolve_device
 
     try:
         device = resolve_device(cfg.eval.device)
@@ -118,6 +118,14 @@ def resolve_eval(cfg: DictConfig, task: Any) -> tuple[str, str, list[Any], Any]:
         if int(device.split(":")[1]) >= torch.cuda.device_count():
             raise ConfigError(f"eval.device={device}: this machine has {torch.cuda.device_count()} CUDA "
                               f"device(s), numbered from 0")
+    return device
+
+
+def resolve_eval(cfg: DictConfig, task: Any) -> tuple[str, str, list[Any], Any]:
+    """(device, workload set name, workloads, EvalSettings) for a config: one place for the CPU/GPU split."""
+    from ksearch.eval.evaluator import EvalSettings
+
+    device = check_device(cfg)
     on_gpu = device.startswith("cuda")
     dataset = cfg.task.get("dataset_dir")
     if dataset and cfg.eval.workloads in ("auto", "dataset"):

@@ -61,7 +61,7 @@ def _execute(cfg, run_path: Path, *, fresh: bool) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ksearch.app import ConfigError, compose_config
+    from ksearch.app import ConfigError, check_device, compose_config
     from ksearch.store import default_run_dir
 
     if args.multirun:
@@ -71,6 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{' '.join(swept)}: several values are a sweep; add -m to run every combination "
                           f"(`ksearch run -m {' '.join(args.overrides)}`)")
     cfg = compose_config(args.overrides)
+    check_device(cfg)
     run_path = Path(cfg.run.dir) if cfg.run.dir else default_run_dir(cfg.task.name)
     console.print(f"run directory: {run_path}", highlight=False)
     return _execute(cfg, run_path, fresh=True)

@@ -96,6 +96,13 @@ def export_flashinfer_bench(run_dir: Path, out: Path | None = None) -> Exported:
                        f"{history.baseline.label if history.baseline else 'baseline'} on {history.device}")
     definition = _definition(history.task)
     names = {best.solution_id: name}
+    for sid in dict.fromkeys(e.solution_id for e in history.evaluations):    # every kernel a trace names
+        f = Path(run_dir) / "solutions" / f"{sid}.json"
+        if sid in names or not f.is_file():
+            continue
+        names[sid] = f"ksearch_{history.task}_{sid}"
+        other = to_fib(Solution.from_json(json.loads(f.read_text())), name=names[sid], target_hardware=hardware)
+        atomic_write(out / "solutions" / f"{names[sid]}.json", other.model_dump_json(indent=2))
     traces = traces_of(history, definition, names)
     sol_path = atomic_write(out / "solutions" / f"{name}.json", fib.model_dump_json(indent=2))
     trace_path = atomic_write(out / "traces" / f"{history.task}.jsonl",
