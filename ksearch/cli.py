@@ -407,6 +407,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from ksearch.app import ConfigError
+    from ksearch.export import ExportError
     from ksearch.llm.base import ModelError
     from ksearch.solution_file import SolutionFileError
     from ksearch.store import JournalCorrupted, JournalDivergence
@@ -420,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except (ConfigError, UnknownTaskError, ModelError, JournalDivergence, JournalCorrupted, SweepError,
-            TrackingError, SolutionFileError, DefinitionError, CatalogError, DatasetError, FileNotFoundError,
+            TrackingError, SolutionFileError, DefinitionError, ExportError, CatalogError, DatasetError, FileNotFoundError,
             FileExistsError, NotADirectoryError, PermissionError, KeyError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e     # KeyError's str() adds quotes
         console.print(f"[bold red]error:[/] {msg}", highlight=False)

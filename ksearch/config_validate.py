@@ -78,6 +78,19 @@ def existing(kind: str, *, optional: bool = True) -> Rule:
     return check
 
 
+def solution_file(v: Any) -> str | None:
+    """A kernel file ksearch can read (source, solution.json or FlashInfer-Bench Solution), or None."""
+    if v is None:
+        return None
+    from ksearch.solution_file import SolutionFileError, read_solution_file
+
+    try:
+        read_solution_file(Path(str(v)).expanduser())
+    except SolutionFileError as e:
+        return str(e)
+    return None
+
+
 def device(v: Any) -> str | None:
     if isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", v):
         return None
@@ -110,7 +123,7 @@ RULES: dict[str, Rule] = {
     "search.max_new_nodes": integer(1),
     "search.improvement_margin": number(0, 1),
     "search.explore_weight": number(0),
-    "search.seed_solution": existing("file"),
+    "search.seed_solution": solution_file,
     "search.policy": one_of("learned", "greedy", "random"),
     "search.language": one_of("triton", "cuda"),
     "search.parallel": integer(1),

@@ -55,7 +55,7 @@ def test_the_defaults_break_no_rule():
     ("logger=tensorboard", "none | wandb | mlflow"),
     ("search.max_difficulty=9", "must be <= 5"),
     ("search.parallel=0", "positive integer"),
-    ("search.seed_solution=/no/such/kernel.py", "not an existing file"),
+    ("search.seed_solution=/no/such/kernel.py", "/no/such/kernel.py does not exist"),
     ("task.dir=/no/such/folder", "not an existing folder"),
     ("+search.max_roundz=3", "search.max_roundz: not a setting"),
     ("+eval.bogus=1", "eval.bogus: not a setting"),
