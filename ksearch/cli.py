@@ -295,7 +295,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     for name in list_tasks():
         t = load_task(name)
         sets = ", ".join(f"{k} ({len(v)})" for k, v in t.workload_sets().items())
-        baselines = "yes (GPU)" if (t.dir / "baseline.py").exists() else "reference only"
+        baselines = f"{', '.join(t.baselines())} (GPU)" if t.baselines() else "reference only"
         table.add_row(name, t.definition.op_type, sets, baselines)
     console.print(table)
     return 0
