@@ -121,3 +121,23 @@ def test_a_broken_catalog_names_what_is_wrong(rmsnorm_dir, edit, needle):
     path.write_text(edit(path.read_text()))
     with pytest.raises(CatalogError, match=needle):
         load_catalog(path.parent, "rmsnorm_h4096")
+
+
+def test_ksearch_tasks_dir_takes_several_folders_before_the_bundled_tasks(tmp_path, monkeypatch, capsys):
+    import os
+
+    from ksearch.task import list_tasks, task_roots, tasks_dir
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    definition = tmp_path / "scale.json"
+    definition.write_text(json.dumps(SCALE_ROWS))
+    assert main(["task", "new", str(EXAMPLE), "--dir", str(a)]) == 0
+    assert main(["task", "new", str(definition), "--dir", str(b)]) == 0
+    monkeypatch.setenv("KSEARCH_TASKS_DIR", os.pathsep.join([str(a), str(b)]))
+    assert task_roots()[:2] == [a.resolve(), b.resolve()] and task_roots()[-1] == tasks_dir()
+    names = list_tasks()
+    assert {"rmsnorm_h4096", "scale_rows_d64", "gqa_paged_decode_h32_kv4_d128_ps1"} <= set(names)
+    capsys.readouterr()
+    assert main(["tasks"]) == 0
+    out = capsys.readouterr().out
+    assert "rmsnorm_h4096" in out and "scale_rows_d64" in out
