@@ -1,8 +1,22 @@
 """ksearch: world-model guided tree search for fast GPU kernels."""
 
+from importlib import metadata
 from pathlib import Path
 
-__version__ = "0.1.0"
+try:
+    __version__ = metadata.version("ksearch")
+except metadata.PackageNotFoundError:      # a checkout on PYTHONPATH, never installed
+    __version__ = "0.1.0"
 
-#: Repository root when running from a checkout or an editable install; tasks/ and conf/ live here.
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = Path(__file__).resolve().parent
+#: Repository root when running from a checkout or an editable install.
+PROJECT_ROOT = PACKAGE_DIR.parent
+
+
+def data_dir(name: str) -> Path:
+    """The bundled `tasks` or `conf` folder: the checkout's own copy when there is one (so edits there take
+    effect at once), else the copy an installed wheel carries as ksearch/_data/<name>."""
+    checkout = PROJECT_ROOT / name
+    if (PROJECT_ROOT / "pyproject.toml").is_file() and checkout.is_dir():
+        return checkout
+    return PACKAGE_DIR / "_data" / name

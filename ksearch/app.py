@@ -7,7 +7,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ksearch import PROJECT_ROOT
+from ksearch import data_dir
 from ksearch.config import Config, register_configs
 
 
@@ -16,7 +16,38 @@ class ConfigError(ValueError):
 
 
 def conf_dir() -> Path:
-    return PROJECT_ROOT / "conf"
+    return data_dir("conf")
+
+
+def _task_dir_override(overrides: list[str]) -> str | None:
+    """`task.dir=PATH` must be known before composing: it decides which `task=` options exist."""
+    for o in overrides:
+        key, eq, value = o.lstrip("+~").partition("=")
+        if eq and key.strip() == "task.dir" and value.strip() not in ("", "null"):
+            return value.strip()
+    return None
+
+
+def checked(cfg: DictConfig) -> DictConfig:
+    """`cfg` against the schema (keys added with `+` included) and every rule of ksearch.config_validate."""
+    from ksearch.config_validate import violations
+
+    from ksearch.config_validate import leaf_keys
+
+    plain = to_plain_config(cfg)
+    known = set(leaf_keys(to_plain_config(OmegaConf.structured(Config))))    # type: ignore[arg-type]
+    unknown = sorted(set(leaf_keys(plain)) - known)
+    if unknown:
+        raise ConfigError(f"{', '.join(unknown)}: not a setting of ksearch (a `+key=` override cannot add one); "
+                          f"ksearch/config.py lists the settings")
+    bad = violations(plain)
+    if bad:
+        raise ConfigError("; ".join(bad))
+    return cfg
+
+
+def to_plain_config(cfg: DictConfig) -> dict[str, Any]:
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
 def compose_config(overrides: list[str]) -> DictConfig:
@@ -25,16 +56,24 @@ def compose_config(overrides: list[str]) -> DictConfig:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from ksearch.task import list_tasks
+    from ksearch.task import add_task_dirs, list_tasks
 
+    user_dir = _task_dir_override(overrides)
+    if user_dir:
+        if not Path(user_dir).expanduser().is_dir():
+            raise ConfigError(f"task.dir={user_dir}: not an existing folder (it should hold task folders, e.g. "
+                              f"made by `ksearch task new DEFINITION.json --dir {user_dir}`)")
+        add_task_dirs(user_dir)
     register_configs(list_tasks())
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
-            return compose(config_name="config", overrides=overrides)
+            cfg = compose(config_name="config", overrides=overrides)
     except (HydraException, OmegaConfBaseException) as e:
-        raise ConfigError(f"{e}\n(overrides look like group=option or key.sub=value; `ksearch tasks` lists tasks)") \
-            from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"{first} (overrides look like group=option or key.sub=value; `ksearch tasks` lists "
+                          f"tasks)") from None
+    return checked(cfg)
 
 
 def load_saved_config(run_dir: Path, overrides: list[str]) -> DictConfig:
@@ -44,27 +83,60 @@ def load_saved_config(run_dir: Path, overrides: list[str]) -> DictConfig:
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"{run_dir} is not a run directory (no config.yaml); `ksearch run` creates one")
+    from ksearch.task import add_task_dirs
+
+    groups = [o for o in overrides if "=" in o and "." not in o.split("=", 1)[0].lstrip("+~")]
+    if any(o.split("=", 1)[0].lstrip("+~") == "task" for o in groups):
+        raise ConfigError(f"resume cannot change task: the recorded measurements would no longer compare. "
+                          f"Start a new run, or branch this one with `ksearch run fork.from={run_dir} "
+                          f"fork.node=ID {' '.join(groups)}`")
+    if groups:
+        raise ConfigError(f"{' '.join(groups)}: resume takes key.sub=value overrides (e.g. llm.kind=litellm "
+                          f"llm.model=openai/gpt-5.2), not group=option")
     try:
         cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(path))
         if overrides:
-            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))
+            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([o.lstrip("+") for o in overrides]))
     except OmegaConfBaseException as e:
-        raise ConfigError(f"{e}") from None
-    return cfg  # type: ignore[return-value]
+        raise ConfigError(f"{str(e).strip().splitlines()[0]}") from None
+    if cfg.task.get("dir"):
+        add_task_dirs(cfg.task.dir)
+    return checked(cfg)  # type: ignore[arg-type]
+
+
+def check_device(cfg: DictConfig) -> str:
+    """The device eval.device names on this machine (auto resolved); a ConfigError when it has none such."""
+    from ksearch.eval.evaluator import resolve_device
+
+    try:
+        device = resolve_device(cfg.eval.device)
+    except (RuntimeError, ValueError) as e:
+        raise ConfigError(str(e)) from None
+    if device.startswith("cuda:"):
+        import torch
+
+        if int(device.split(":")[1]) >= torch.cuda.device_count():
+            raise ConfigError(f"eval.device={device}: this machine has {torch.cuda.device_count()} CUDA "
+                              f"device(s), numbered from 0")
+    return device
 
 
 def resolve_eval(cfg: DictConfig, task: Any) -> tuple[str, str, list[Any], Any]:
     """(device, workload set name, workloads, EvalSettings) for a config: one place for the CPU/GPU split."""
-    from ksearch.eval.evaluator import EvalSettings, resolve_device
+    from ksearch.eval.evaluator import EvalSettings
 
-    device = resolve_device(cfg.eval.device)
+    device = check_device(cfg)
     on_gpu = device.startswith("cuda")
     dataset = cfg.task.get("dataset_dir")
     if dataset and cfg.eval.workloads in ("auto", "dataset"):
         set_name, workloads = "dataset", task.dataset_workloads(dataset)
     else:
         set_name = cfg.eval.workloads if cfg.eval.workloads != "auto" else task.default_workload_set(on_gpu)
-        workloads = task.workload_set(set_name)
+        sets = task.workload_sets()
+        if set_name not in sets:
+            raise ConfigError(f"eval.workloads={set_name}: task {task.name} has the workload sets "
+                              f"{' | '.join(sorted(sets))} (or auto, or dataset with task.dataset_dir)")
+        workloads = sets[set_name]
     settings = EvalSettings(device=device, timeout_s=cfg.eval.timeout_s,
                             warmup=cfg.eval.warmup if on_gpu else cfg.eval.cpu_warmup,
                             iterations=cfg.eval.iterations if on_gpu else cfg.eval.cpu_iterations,
@@ -99,6 +171,26 @@ def recorded_settings(run_path: Path) -> DictConfig | None:
     return OmegaConf.merge(OmegaConf.structured(Config), cfg) if cfg else None  # type: ignore[return-value]
 
 
+def check_llm_credentials(cfg: DictConfig) -> None:
+    """Fail before any run folder exists when llm=litellm lacks the provider's API key (a missing key
+    would otherwise surface only on the first request, looking like a provider outage)."""
+    llm = cfg.llm
+    if llm.kind != "litellm" or llm.get("replay") or llm.get("api_base"):
+        return
+    try:
+        import litellm
+    except ImportError:
+        raise ConfigError("llm=litellm needs the litellm package: pip install 'litellm>=1.80,!=1.107.0'") from None
+    try:
+        env = litellm.validate_environment(model=llm.model)
+    except Exception:       # an unknown provider: the first request reports it with litellm's own words
+        return
+    missing = env.get("missing_keys") or [] if isinstance(env, dict) else []
+    if missing:
+        raise ConfigError(f"llm.model={llm.model} needs {', '.join(missing)} in the environment (not set); "
+                          f"export it, or point llm.api_base= at an OpenAI-compatible server")
+
+
 def _model_settings(cfg: DictConfig) -> dict[str, Any]:
     llm = OmegaConf.to_container(cfg.llm) if isinstance(cfg.llm, DictConfig) else dict(cfg.llm)
     return {k: v for k, v in llm.items() if k not in ("kind", "replay_measurements")}
@@ -127,7 +219,7 @@ def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: A
     from ksearch.store import Journal, RunDir
     from ksearch.store.fork import ForkError, load_fork, seed_from_own_journal
     from ksearch.store.replay import RecordedEvaluator
-    from ksearch.store.rundir import atomic_write
+    from ksearch.atomic import atomic_write
     from ksearch.task import load_task
 
     c: Config = cfg  # type: ignore[assignment]
@@ -142,7 +234,12 @@ def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: A
                 fork = load_fork(Path(fork_from), fork_node)
             except ForkError as e:
                 raise ConfigError(str(e)) from None
-        run.create(OmegaConf.to_yaml(cfg))
+        check_llm_credentials(cfg)
+        try:
+            run.create(OmegaConf.to_yaml(cfg))
+        except PermissionError as e:
+            raise ConfigError(f"run.dir={run_path}: cannot write there ({e.strerror}); pass a writable "
+                              f"run.dir=PATH") from None
     elif not run.exists():
         raise ConfigError(f"{run_path} holds no run to resume")
     else:

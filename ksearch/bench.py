@@ -179,8 +179,8 @@ def print_repeats(console: Console, result: dict[str, Any], limit: float = 0.02)
                   f"{100 * limit:.0f}%)", highlight=False)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="ksearch bench", description=__doc__)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`ksearch bench` options (one argparse tree: ksearch/cli.py adds these to its `bench` subcommand)."""
     p.add_argument("--solution", action="append", default=[], help="a kernel file (repeatable)")
     p.add_argument("--run", action="append", default=[], help="a run directory: bench its best kernel")
     p.add_argument("--families", action="store_true", help="bench every catalog family at its defaults")
@@ -188,13 +188,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline-repeats", type=int, default=0, metavar="N",
                    help="only measure the baselines, N times in fresh processes: median and CV per workload")
     p.add_argument("overrides", nargs="*", help="Hydra overrides: task=..., eval.workloads=..., eval.device=...")
-    args = p.parse_intermixed_args(argv)
 
+
+def run(args: argparse.Namespace) -> int:
     from ksearch.app import compose_config, resolve_eval
+    from ksearch.atomic import atomic_write
     from ksearch.eval.evaluator import Evaluator
     from ksearch.eval.roofline import limit_fraction, measure_peaks
     from ksearch.instantiate import Solution, solution_from_text
-    from ksearch.llm.catalog import load_catalog
+    from ksearch.task.catalog import load_catalog
     from ksearch.task import load_task
 
     console = Console(width=200)
@@ -208,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         print_repeats(console, result)
         console.print(json.dumps(_versions()), highlight=False)
         if args.out:
-            Path(args.out).write_text(json.dumps({"task": task.name, "workload_set": set_name, "device": device,
+            atomic_write(args.out, json.dumps({"task": task.name, "workload_set": set_name, "device": device,
                                                   "versions": _versions(), **result}, indent=1, default=str))
         return 0
     kernels: list[tuple[str, str]] = [(Path(s).name, solution_from_text(task.name, Path(s).read_text()).main_source)
@@ -246,10 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                       highlight=False)
     console.print(json.dumps(doc["versions"]), highlight=False)
     if args.out:
-        Path(args.out).write_text(json.dumps(doc, indent=1, default=lambda x: None if isinstance(x, float) and
+        atomic_write(args.out, json.dumps(doc, indent=1, default=lambda x: None if isinstance(x, float) and
                                              math.isnan(x) else str(x)))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""The `ksearch` command: run (and sweeps), resume, show, report, compare, eval, tasks."""
+"""The `ksearch` command: run (and sweeps), resume, show, report, compare, eval, bench, tasks, task new, export."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def _execute_and_print(cfg, run_path: Path, *, fresh: bool) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ksearch.app import ConfigError, compose_config
+    from ksearch.app import ConfigError, check_device, compose_config
     from ksearch.store import default_run_dir
 
     if args.multirun:
@@ -92,6 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{' '.join(swept)}: several values are a sweep; add -m to run every combination "
                           f"(`ksearch run -m {' '.join(args.overrides)}`)")
     cfg = compose_config(args.overrides)
+    check_device(cfg)
     run_path = Path(cfg.run.dir) if cfg.run.dir else default_run_dir(cfg.task.name)
     console.print(f"run directory: {run_path}", highlight=False)
     return _execute(cfg, run_path, fresh=True)
@@ -306,16 +307,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _task_of_solution(overrides: list[str], task: str | None) -> list[str]:
+    """The solution's own task, unless the overrides name one: then the two must agree."""
+    given = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") in ("task", "task.name")]
+    if task is None:
+        return overrides
+    if given and given[-1] != task:
+        from ksearch.app import ConfigError
+
+        raise ConfigError(f"this solution is for task {task}, not {given[-1]}; drop task= to judge it on its own task")
+    return overrides if given else [f"task={task}", *overrides]
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from ksearch.app import compose_config, resolve_eval
     from ksearch.eval.evaluator import Evaluator
-    from ksearch.instantiate import solution_from_text
+    from ksearch.solution_file import read_solution_file
     from ksearch.task import load_task
 
-    cfg = compose_config(args.overrides)
+    sol, own_task = read_solution_file(Path(args.solution))
+    cfg = compose_config(_task_of_solution(args.overrides, own_task))
     task = load_task(cfg.task.name)
     device, set_name, workloads, settings = resolve_eval(cfg, task)
-    sol = solution_from_text(task.name, Path(args.solution).read_text(), name=Path(args.solution).stem)
     with Evaluator(task, settings) as ev:
         baseline = ev.measure_baselines(workloads)
         report = ev.evaluate(sol.main_source, sol.solution_id, workloads, baseline)
@@ -346,21 +359,48 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     for name in list_tasks():
         t = load_task(name)
         sets = ", ".join(f"{k} ({len(v)})" for k, v in t.workload_sets().items())
-        baselines = "yes (GPU)" if (t.dir / "baseline.py").exists() else "reference only"
+        baselines = f"{', '.join(t.baselines())} (GPU)" if t.baselines() else "reference only"
         table.add_row(name, t.definition.op_type, sets, baselines)
     console.print(table)
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from ksearch.bench import main as bench_main
+    from ksearch.bench import run
 
-    return bench_main(args.rest)
+    return run(args)
+
+
+def cmd_task_new(args: argparse.Namespace) -> int:
+    from ksearch.task.new_task import new_task
+
+    made = new_task(Path(args.definition), Path(args.dir), force=args.force)
+    console.print(f"task {made.name} written to {made.path}", highlight=False)
+    for line in made.notes:
+        console.print(line, highlight=False)
+    where = "" if made.on_search_path else f"KSEARCH_TASKS_DIR={made.path.parent} "
+    console.print(f"next: {where}ksearch run task={made.name}" + ("" if made.has_catalog else " llm=litellm llm.model=..."),
+                  highlight=False)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ksearch.export import export_flashinfer_bench
+
+    out = export_flashinfer_bench(Path(args.run_dir), Path(args.out) if args.out else None)
+    console.print(f"solution: {out.solution}", highlight=False)
+    console.print(f"traces:   {out.traces} ({out.trace_count} evaluations)", highlight=False)
+    console.print(f"definition: {out.definition}", highlight=False)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every subcommand in one tree. Options may come before, between or after the Hydra overrides."""
+    from ksearch import __version__, bench
+
     p = argparse.ArgumentParser(prog="ksearch", description="World-model guided search for fast GPU kernels.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument("--version", action="version", version=f"ksearch {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     r = sub.add_parser("run", help="start a search (Hydra overrides, e.g. task=... search.max_rounds=8)")
     r.add_argument("-m", "--multirun", action="store_true",
                    help="sweep: run every combination of comma-separated values (task=a,b run.seed=0,1)")
@@ -395,32 +435,64 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
     c.set_defaults(fn=cmd_compare)
     e = sub.add_parser("eval", help="judge one solution file with the search's evaluator")
-    e.add_argument("solution")
+    e.add_argument("solution", help="a .py (Triton) or .cu (CUDA) file, a run's solution.json, or a "
+                   "FlashInfer-Bench Solution JSON; its own task is used unless task= is given")
     e.add_argument("overrides", nargs="*")
     e.add_argument("--json", action="store_true", help="also print the full report as JSON")
     e.set_defaults(fn=cmd_eval)
-    b = sub.add_parser("bench", help="time reference, baselines and kernels per workload (see --help)",
-                       add_help=False)
-    b.add_argument("rest", nargs=argparse.REMAINDER)
+    b = sub.add_parser("bench", help="time reference, baselines and kernels per workload",
+                       description=(bench.__doc__ or "").strip(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_arguments(b)
     b.set_defaults(fn=cmd_bench)
     t = sub.add_parser("tasks", help="list tasks and their workload sets")
     t.set_defaults(fn=cmd_tasks)
+    tk = sub.add_parser("task", help="make a task: `ksearch task new DEFINITION.json [--dir DIR]`")
+    tsub = tk.add_subparsers(dest="task_command", required=True, metavar="ACTION")
+    tn = tsub.add_parser("new", help="a task folder from a FlashInfer-Bench definition JSON")
+    tn.add_argument("definition", help="FlashInfer-Bench definition (name, op_type, axes, inputs, outputs, reference)")
+    tn.add_argument("--dir", default=".", help="folder to create the task folder in (default: here)")
+    tn.add_argument("--force", action="store_true", help="replace an existing task folder of that name")
+    tn.set_defaults(fn=cmd_task_new)
+    x = sub.add_parser("export", help="a run's best kernel and evaluations in another format")
+    x.add_argument("run_dir")
+    x.add_argument("--format", choices=["flashinfer-bench"], default="flashinfer-bench")
+    x.add_argument("--out", default=None, help="output folder (default RUN_DIR/export/flashinfer-bench)")
+    x.set_defaults(fn=cmd_export)
     return p
 
 
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Unknown words after a subcommand that takes overrides are overrides (in order); unknown options are errors."""
+    p = build_parser()
+    args, extra = p.parse_known_args(argv)
+    if extra:
+        options = [x for x in extra if x.startswith("-")]
+        if options or not hasattr(args, "overrides"):
+            p.error(f"unrecognized arguments: {' '.join(options or extra)}")
+        args.overrides = [*args.overrides, *extra]
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     from ksearch.app import ConfigError
+    from ksearch.export import ExportError
     from ksearch.llm.base import ModelError
+    from ksearch.solution_file import SolutionFileError
     from ksearch.store import JournalCorrupted, JournalDivergence
     from ksearch.sweep import SweepError
     from ksearch.task import UnknownTaskError
+    from ksearch.task.catalog import CatalogError
+    from ksearch.task.dataset import DatasetError
+    from ksearch.task.definition import DefinitionError
     from ksearch.viz.tracking import TrackingError
 
     try:
         return args.fn(args)
     except (ConfigError, UnknownTaskError, ModelError, JournalDivergence, JournalCorrupted, SweepError,
-            TrackingError, FileNotFoundError, FileExistsError, KeyError) as e:
+            TrackingError, SolutionFileError, DefinitionError, ExportError, CatalogError, DatasetError, FileNotFoundError,
+            FileExistsError, NotADirectoryError, PermissionError, KeyError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e     # KeyError's str() adds quotes
         console.print(f"[bold red]error:[/] {msg}", highlight=False)
         return 2

@@ -12,6 +12,7 @@ from hydra.core.config_store import ConfigStore
 class TaskConfig:
     name: str = "gqa_paged_decode_h32_kv4_d128_ps1"
     dataset_dir: Optional[str] = None     # a local FlashInfer-Trace copy: its workloads replace the synthesised ones
+    dir: Optional[str] = None             # a folder of task folders of your own (searched before the bundled ones)
 
 
 @dataclass
@@ -42,9 +43,10 @@ class SearchConfig:
     max_new_nodes: int = 3                # per edit script (the initial world model may add up to 8)
     improvement_margin: float = 0.01      # relative gain that counts as an improvement
     explore_weight: float = 0.35          # bonus for actions in little-tried kernel families (0 = greedy)
-    seed_solution: Optional[str] = None   # a kernel file to evaluate first and attach to the root
+    seed_solution: Optional[str] = None   # a kernel file (or FlashInfer-Bench Solution JSON) to evaluate first, attached to the root
     policy: str = "learned"               # learned (measured evidence + calibration) | greedy (K-Search's)
     language: str = "triton"              # what code requests ask for: triton | cuda (either is accepted)
+    parallel: int = 1                     # candidates evaluated at once
 
 
 @dataclass
@@ -60,6 +62,10 @@ class EvalConfig:
     check_trials: int = 2                 # correctness checks per workload, each on fresh random inputs
     static_checks: bool = True            # refuse forbidden source (reference imports, file/network, timer patches)
     remeasure_near_ties: bool = True      # re-measure a candidate within noise of the best, interleaved
+    metric: str = "gpu_time"              # gpu_time (graph replay / kernel time) | call_latency (eager, host included)
+    pool: str = "local"                   # local worker processes | ray actors
+    ray_address: Optional[str] = None     # with pool=ray: the cluster to join (None: start a local one)
+    validate: Optional[str] = "auto"      # held-out workload set to confirm the best kernel on (None: skip)
 
 
 @dataclass
@@ -85,10 +91,9 @@ class Config:
 def register_configs(task_names: list[str]) -> None:
     """Schemas for every group, plus one `task` option per task folder so `task=<name>` just works."""
     cs = ConfigStore.instance()
+    # Only the root schema is stored: the group files merge into its typed fields, so a misspelt key is
+    # still an error and no `llm=llm_schema`-style pseudo-option is offered.
     cs.store(name="config_schema", node=Config)
-    cs.store(group="llm", name="llm_schema", node=LLMConfig)
-    cs.store(group="search", name="search_schema", node=SearchConfig)
-    cs.store(group="eval", name="eval_schema", node=EvalConfig)
     for name in task_names:
         cs.store(group="task", name=name, node=TaskConfig(name=name))
 

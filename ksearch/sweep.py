@@ -69,15 +69,13 @@ class Sweep:
     def to_json(self) -> dict[str, Any]:
         return {"kind": "ksearch-sweep", "created": self.created, "root": str(self.root),
                 "overrides": self.overrides, "axes": {a.key: a.values for a in self.axes},
-                "arms": [asdict(a) for a in self.arms]}
+                # absolute run folders: `ksearch compare SWEEP` works from any directory
+                "arms": [{**asdict(a), "run_dir": str(Path(a.run_dir).resolve())} for a in self.arms]}
 
     def write(self) -> Path:
-        self.root.mkdir(parents=True, exist_ok=True)
-        path = self.root / "sweep.json"
-        tmp = path.with_name("sweep.json.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1, default=str))
-        tmp.replace(path)
-        return path
+        from ksearch.atomic import atomic_write
+
+        return atomic_write(self.root / "sweep.json", json.dumps(self.to_json(), indent=1, default=str))
 
     def failed(self) -> list[Arm]:
         return [a for a in self.arms if a.status != "done"]

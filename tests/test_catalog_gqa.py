@@ -13,7 +13,7 @@ import torch
 
 from ksearch.eval.rules import check_outputs
 from ksearch.instantiate.loader import load_entry_point
-from ksearch.llm.catalog import load_catalog
+from ksearch.task.catalog import load_catalog
 from ksearch.task import load_task
 from ksearch.task.paged import paged_indices
 

@@ -39,7 +39,7 @@ def test_resume_of_a_non_run_says_so(tmp_path, capsys):
 
 
 def test_eval_judges_a_rendered_catalog_kernel(tmp_path, capsys):
-    from ksearch.llm.catalog import load_catalog
+    from ksearch.task.catalog import load_catalog
     from ksearch.task import load_task
 
     task = load_task("gqa_paged_decode_h32_kv4_d128_ps1")

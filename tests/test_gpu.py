@@ -3,7 +3,7 @@
 import pytest
 
 from ksearch.eval.evaluator import EvalSettings, Evaluator
-from ksearch.llm.catalog import load_catalog
+from ksearch.task.catalog import load_catalog
 from ksearch.task import list_tasks, load_task
 
 pytestmark = pytest.mark.gpu

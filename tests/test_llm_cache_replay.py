@@ -103,12 +103,12 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
         def complete(self, request):
             return ModelReply("text", "inner", Usage().to_dict())
 
-    import ksearch.llm.cache as cache_mod
+    import ksearch.atomic as atomic_mod        # the cache writes through the one atomic-write helper
 
     def boom(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(cache_mod.os, "replace", boom)
+    monkeypatch.setattr(atomic_mod.os, "replace", boom)
     with pytest.raises(OSError, match="disk full"):
         CachedModel(Inner(), ResponseCache(tmp_path)).complete(req("P"))
     assert cache_files(tmp_path) == []                  # no partial entry, no temp file left behind

@@ -17,10 +17,6 @@ import os
 _PATCHED = False
 
 
-def interpreter_enabled() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def prepare_interpreter() -> None:
     """Turn the interpreter on for this process and install the bf16 dot fix (idempotent)."""
     os.environ["TRITON_INTERPRET"] = "1"

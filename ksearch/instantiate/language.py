@@ -46,7 +46,3 @@ def fence_language(tag: str) -> str | None:
     if t in CUDA_FENCES:
         return CUDA
     return None
-
-
-def entry_point(language: str, entry: str = "run") -> str:
-    return f"{SOLUTION_FILE[language]}::{entry}"

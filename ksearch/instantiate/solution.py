@@ -42,10 +42,6 @@ class Solution:
         return self.entry_point.split("::", 1)[0]
 
     @property
-    def entry_symbol(self) -> str:
-        return self.entry_point.split("::", 1)[1]
-
-    @property
     def main_source(self) -> str:
         return next(s.content for s in self.sources if s.path == self.entry_file)
 
@@ -76,10 +72,32 @@ class Solution:
 
 
 def solution_from_text(definition: str, text: str, entry: str = "run", **meta: Any) -> "Solution":
-    """A Solution from a model reply or a file: Python/Triton (main.py) or CUDA C++ (main.cu), by content."""
+    """A Solution from a model reply or a file: Python/Triton (main.py) or CUDA C++ (main.cu), by content,
+    or a FlashInfer-Bench Solution JSON document (so `search.seed_solution` may name one)."""
     from ksearch.instantiate.extract import extract_code
+
+    if text.lstrip().startswith("{"):
+        fib = _fib_document(text)
+        if fib is not None:
+            from ksearch.fib import from_fib
+
+            sol = from_fib(fib)
+            return Solution(definition=definition or sol.definition, sources=sol.sources, language=sol.language,
+                            entry_point=sol.entry_point, **{"name": sol.name, "author": sol.author, **meta})
 
     code = extract_code(text, entry)
     return Solution(definition=definition, sources=(SourceFile(code.file_name, code.code),),
                     language="cuda" if code.language == "cuda" else "triton",
                     entry_point=code.entry_point(), **meta)
+
+
+def _fib_document(text: str) -> dict[str, Any] | None:
+    import json
+
+    from ksearch.fib import is_fib_solution
+
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return doc if is_fib_solution(doc) else None

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
+from ksearch.atomic import atomic_write
 from ksearch.llm.base import ModelReply, ModelRequest, as_cached_usage
 from ksearch.llm.redact import redact_obj
 
@@ -36,21 +35,6 @@ def cache_key(identity: dict[str, Any], messages: list[dict[str, Any]], occurren
     blob = json.dumps({"v": CACHE_VERSION, "identity": identity, "messages": messages, "occurrence": occurrence},
                       sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 class ResponseCache:
@@ -74,7 +58,7 @@ class ResponseCache:
         return entry
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
-        atomic_write_text(self.path(key), json.dumps(entry, indent=1, ensure_ascii=False))
+        atomic_write(self.path(key), json.dumps(entry, indent=1, ensure_ascii=False))
 
     def entries(self) -> Iterable[dict[str, Any]]:
         """Every readable entry (for replay's fallback index)."""

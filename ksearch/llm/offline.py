@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from ksearch.llm.base import ModelReply, ModelRequest, Usage
-from ksearch.llm.catalog import Catalog, Family, load_catalog
+from ksearch.task.catalog import Catalog, Family, load_catalog
 from ksearch.task import load_task
 
 PLAN_HEADER = "# ksearch-plan: "

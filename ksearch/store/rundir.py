@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
+from ksearch.atomic import atomic_write
 from ksearch.instantiate.solution import Solution
+
+__all__ = ["RunDir", "default_run_dir", "atomic_write"]
 
 
 def default_run_dir(task: str, root: Path = Path("runs")) -> Path:
@@ -72,17 +74,3 @@ class RunDir:
 
     def write_tree(self, tree: dict[str, Any]) -> None:
         atomic_write(self.path / "tree.json", json.dumps(tree, indent=1, default=str))
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write to a temporary sibling, fsync, rename: a reader (or a crash) sees the old file or the new one."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with tmp.open("w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)     # a full disk or a stop must not leave half a file behind
-        raise

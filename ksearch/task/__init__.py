@@ -2,9 +2,10 @@
 
 from ksearch.task.definition import Definition, TensorSpec
 from ksearch.task.workload import Workload, Correctness
-from ksearch.task.registry import Task, load_task, list_tasks, tasks_dir, UnknownTaskError
+from ksearch.task.registry import (Task, load_task, list_tasks, tasks_dir, task_roots, add_task_dirs,
+                                   UnknownTaskError)
 
 __all__ = [
     "Definition", "TensorSpec", "Workload", "Correctness", "Task", "load_task", "list_tasks",
-    "tasks_dir", "UnknownTaskError",
+    "tasks_dir", "task_roots", "add_task_dirs", "UnknownTaskError",
 ]

@@ -4,43 +4,38 @@ Layout used: `<root>/workloads/<op_type>/<definition>.jsonl`, one trace per line
 `uuid`, `axes` (the var axes) and `inputs` (per input: {"type": "random"}, {"type": "scalar", "value"}
 or {"type": "safetensors", "path", "tensor_key"}, paths relative to the dataset root). Captured index
 tensors are loaded as they are; random inputs follow FlashInfer-Bench's generator (normal floats, FP8
-clamped to +-2), seeded so a run is reproducible.
+clamped to +-2; ksearch.task.synth), seeded so a run is reproducible.
 """
 
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ksearch.task.definition import Definition
+from ksearch.task.synth import random_tensor
 from ksearch.task.workload import Workload
-
-_ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64,
-              "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
-              "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}
-
 
 class DatasetError(ValueError):
     """The dataset copy is missing a file or holds something the definition does not accept."""
 
 
 def read_safetensors(path: Path, key: str) -> torch.Tensor:
-    """One tensor from a .safetensors file (8-byte header length, JSON header, raw little-endian data)."""
+    """One tensor from a .safetensors file."""
+    from safetensors import SafetensorError, safe_open
+
     if not path.is_file():
         raise DatasetError(f"{path} is missing; fetch the dataset's blobs (git lfs pull) or use synthesised workloads")
-    raw = path.read_bytes()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    if key not in header:
-        raise DatasetError(f"{path} has no tensor {key!r}; it has {sorted(k for k in header if k != '__metadata__')}")
-    meta = header[key]
-    start, end = meta["data_offsets"]
-    data = bytearray(raw[8 + n + start:8 + n + end])
-    return torch.frombuffer(data, dtype=_ST_DTYPES[meta["dtype"]]).reshape(meta["shape"]).clone()
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            if key not in f.keys():
+                raise DatasetError(f"{path} has no tensor {key!r}; it has {sorted(f.keys())}")
+            return f.get_tensor(key).clone()
+    except SafetensorError as e:
+        raise DatasetError(f"{path}: not a readable safetensors file ({e})") from None
 
 
 def dataset_workloads(root: Path, definition: Definition) -> list[Workload]:
@@ -80,14 +75,7 @@ def dataset_inputs(definition: Definition, workload: Workload, *, device: str, s
             if tuple(t.shape) != shape or t.dtype != spec.torch_dtype:
                 raise DatasetError(f"{workload.name}: {spec.name} is {tuple(t.shape)} {t.dtype}, the definition "
                                    f"wants {shape} {spec.torch_dtype}")
-        elif spec.torch_dtype.is_floating_point:
-            t = torch.randn(shape, generator=gen)
-            if spec.torch_dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-                t = t.clamp(-2, 2)
-            t = t.to(spec.torch_dtype)
-        elif spec.torch_dtype == torch.bool:
-            t = torch.randint(0, 2, shape, generator=gen).bool()
         else:
-            t = torch.randint(-1024, 1024, shape, generator=gen).to(spec.torch_dtype)
+            t = random_tensor(spec, shape, gen, 1024)
         out[spec.name] = t.to(device)
     return out

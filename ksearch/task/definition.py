@@ -6,9 +6,10 @@ import ast
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Optional
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -120,42 +121,73 @@ class Definition:
         return "\n".join(lines)
 
 
-def _tensor_specs(raw: Any, where: str, axes: dict[str, Any]) -> tuple[TensorSpec, ...]:
-    if not isinstance(raw, dict) or not raw:
-        raise DefinitionError(f"{where} must be a non-empty mapping of name -> {{shape, dtype}}")
+class _Axis(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["const", "var"]
+    value: Optional[int] = None
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _const_has_value(self) -> "_Axis":
+        if self.type == "const" and self.value is None:
+            raise ValueError("a const axis needs an integer 'value'")
+        return self
+
+
+class _Tensor(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    shape: Optional[list[str]]                # None: a Python scalar
+    dtype: str
+    description: str = ""
+
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, v: str) -> str:
+        if v not in DTYPES:
+            raise ValueError(f"unknown dtype {v!r}; allowed: {sorted(DTYPES)}")
+        return v
+
+
+class _DefinitionDoc(BaseModel):
+    """The document as FlashInfer-Bench writes it; cross-field rules are checked in parse_definition."""
+    model_config = ConfigDict(extra="allow")
+    name: str
+    op_type: str
+    axes: dict[str, _Axis]
+    inputs: dict[str, _Tensor] = Field(min_length=1)
+    outputs: dict[str, _Tensor] = Field(min_length=1)
+    reference: Optional[str] = None
+    constraints: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    description: str = ""
+
+
+def _specs(group: dict[str, _Tensor], where: str, axes: dict[str, Any]) -> tuple[TensorSpec, ...]:
     specs = []
-    for name, d in raw.items():
-        if not isinstance(d, dict) or "dtype" not in d or "shape" not in d:
-            raise DefinitionError(f"{where}.{name} needs 'shape' (list or null) and 'dtype'")
-        if d["dtype"] not in DTYPES:
-            raise DefinitionError(f"{where}.{name}: unknown dtype {d['dtype']!r}; allowed: {sorted(DTYPES)}")
-        shape = d["shape"]
-        if shape is not None:
-            missing = [a for a in shape if a not in axes]
-            if missing:
-                raise DefinitionError(f"{where}.{name}: shape uses undeclared axes {missing}")
-            shape = tuple(shape)
-        specs.append(TensorSpec(name, shape, d["dtype"], d.get("description", "")))
+    for name, t in group.items():
+        missing = [a for a in t.shape or () if a not in axes]
+        if missing:
+            raise DefinitionError(f"{where}.{name}: shape uses undeclared axes {missing}")
+        specs.append(TensorSpec(name, tuple(t.shape) if t.shape is not None else None, t.dtype, t.description))
     return tuple(specs)
 
 
 def parse_definition(doc: dict[str, Any], reference: str | None = None) -> Definition:
     """Validate a definition document; `reference` overrides the document's reference source."""
-    for key in ("name", "op_type", "axes", "inputs", "outputs"):
-        if key not in doc:
-            raise DefinitionError(f"definition is missing required field {key!r}")
-    axes = doc["axes"]
-    for k, v in axes.items():
-        if v.get("type") not in ("const", "var"):
-            raise DefinitionError(f"axis {k!r} must have type 'const' or 'var'")
-        if v["type"] == "const" and not isinstance(v.get("value"), int):
-            raise DefinitionError(f"const axis {k!r} needs an integer 'value'")
-    inputs = _tensor_specs(doc["inputs"], "inputs", axes)
-    outputs = _tensor_specs(doc["outputs"], "outputs", axes)
-    overlap = {t.name for t in inputs} & {t.name for t in outputs}
+    try:
+        d = _DefinitionDoc.model_validate(doc)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        what = "required field missing" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
+        raise DefinitionError(f"definition: {where}: {what}") from None
+    axes = {k: a.model_dump(exclude_defaults=True) for k, a in d.axes.items()}     # as written: type, value, description
+    inputs = _specs(d.inputs, "inputs", axes)
+    outputs = _specs(d.outputs, "outputs", axes)
+    overlap = set(d.inputs) & set(d.outputs)
     if overlap:
         raise DefinitionError(f"input and output names overlap: {sorted(overlap)}")
-    ref = reference if reference is not None else doc.get("reference")
+    ref = reference if reference is not None else d.reference
     if not ref:
         raise DefinitionError("definition has no reference source")
     try:
@@ -164,24 +196,14 @@ def parse_definition(doc: dict[str, Any], reference: str | None = None) -> Defin
         raise DefinitionError(f"reference does not parse: {e}") from e
     if not any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):
         raise DefinitionError("reference must define a top-level function `run`")
-    for c in doc.get("constraints", []):
+    for c in d.constraints:
         try:
             ast.parse(c, mode="eval")
         except SyntaxError as e:
             raise DefinitionError(f"constraint {c!r} does not parse: {e}") from e
-    known = {"name", "op_type", "axes", "inputs", "outputs", "reference", "constraints", "tags", "description"}
-    return Definition(
-        name=doc["name"],
-        op_type=doc["op_type"],
-        axes=axes,
-        inputs=inputs,
-        outputs=outputs,
-        reference=ref,
-        constraints=tuple(doc.get("constraints", [])),
-        tags=tuple(doc.get("tags", [])),
-        description=doc.get("description", ""),
-        extra={k: v for k, v in doc.items() if k not in known},
-    )
+    return Definition(name=d.name, op_type=d.op_type, axes=axes, inputs=inputs, outputs=outputs, reference=ref,
+                      constraints=tuple(d.constraints), tags=tuple(d.tags), description=d.description,
+                      extra=dict(d.model_extra or {}))
 
 
 def load_definition(task_dir: Path) -> Definition:

@@ -1,4 +1,8 @@
-"""Find task folders under tasks/ and load them into typed Task objects."""
+"""Find task folders and load them into typed Task objects.
+
+Tasks are looked up, first match wins, in: the folders of `KSEARCH_TASKS_DIR` (os.pathsep-separated),
+the folders added with `add_task_dirs` (`task.dir=` in a config), then the tasks that ship with ksearch.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ksearch import PROJECT_ROOT
+from ksearch import data_dir
 from ksearch.task.definition import Definition, load_definition
 from ksearch.task.workload import Correctness, Workload
 
@@ -22,17 +27,41 @@ class UnknownTaskError(LookupError):
     """Raised with the list of known tasks so the user can fix the name."""
 
 
+_EXTRA_DIRS: list[Path] = []
+
+
 def tasks_dir() -> Path:
-    """`KSEARCH_TASKS_DIR` if set, else the checkout's tasks/ folder."""
-    env = os.environ.get("KSEARCH_TASKS_DIR")
-    return Path(env) if env else PROJECT_ROOT / "tasks"
+    """The folder of the tasks that ship with ksearch (the checkout's tasks/, or the installed copy)."""
+    return data_dir("tasks")
 
 
-def list_tasks(root: Path | None = None) -> list[str]:
-    root = root or tasks_dir()
+def add_task_dirs(*dirs: str | Path) -> None:
+    """Search these folders for tasks too (after KSEARCH_TASKS_DIR, before the bundled tasks)."""
+    for d in dirs:
+        p = Path(d).expanduser().resolve()
+        if p not in _EXTRA_DIRS:
+            _EXTRA_DIRS.append(p)
+
+
+def task_roots() -> list[Path]:
+    env = [Path(p).expanduser().resolve() for p in os.environ.get("KSEARCH_TASKS_DIR", "").split(os.pathsep) if p]
+    out: list[Path] = []
+    for p in [*env, *_EXTRA_DIRS, tasks_dir()]:
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def _names_in(root: Path) -> list[str]:
     if not root.is_dir():
         return []
     return sorted(p.name for p in root.iterdir() if (p / "definition.json").is_file())
+
+
+def list_tasks(root: Path | None = None) -> list[str]:
+    if root is not None:
+        return _names_in(root)
+    return sorted({n for r in task_roots() for n in _names_in(r)})
 
 
 def _import_file(module_name: str, path: Path) -> ModuleType:
@@ -137,19 +166,48 @@ class Task:
         return self.dir / "strategies"
 
     def default_workload_set(self, on_gpu: bool) -> str:
-        return self.meta.get("default_sets", {}).get("gpu" if on_gpu else "cpu", "feedback" if on_gpu else "tiny")
+        return self.meta["default_sets"]["gpu" if on_gpu else "cpu"]
+
+
+class DefaultSets(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cpu: str = "tiny"
+    gpu: str = "feedback"
+
+
+class TaskMeta(BaseModel):
+    """task.yaml: evaluation settings of one task. Keys other parts of ksearch read (e.g. static_checks)
+    are kept as given and checked by their readers."""
+
+    model_config = ConfigDict(extra="allow")
+    correctness: Correctness = Correctness()
+    default_sets: DefaultSets = DefaultSets()
+    static_checks: Optional[dict[str, Any]] = None
+
+
+def _find(name: str) -> Path | None:
+    for root in task_roots():
+        if (root / name / "definition.json").is_file():
+            return root / name
+    return None
 
 
 def load_task(name: str, root: Path | None = None) -> Task:
-    root = root or tasks_dir()
-    task_dir = root / name
-    if not (task_dir / "definition.json").is_file():
+    task_dir = root / name if root is not None else _find(name)
+    if task_dir is None or not (task_dir / "definition.json").is_file():
         known = ", ".join(list_tasks(root)) or "(none)"
-        raise UnknownTaskError(f"unknown task {name!r}; known tasks: {known}. `ksearch tasks` lists them.")
+        raise UnknownTaskError(f"unknown task {name!r}; known tasks: {known}. `ksearch tasks` lists them "
+                               f"(add folders of your own with KSEARCH_TASKS_DIR or task.dir=).")
     definition = load_definition(task_dir)
     if definition.name != name:
         raise UnknownTaskError(f"{task_dir}/definition.json names {definition.name!r}, not {name!r}")
     meta_path = task_dir / "task.yaml"
-    meta = yaml.safe_load(meta_path.read_text()) if meta_path.exists() else {}
-    corr = Correctness(**(meta.get("correctness") or {}))
-    return Task(name=name, dir=task_dir, definition=definition, correctness=corr, meta=meta)
+    raw = (yaml.safe_load(meta_path.read_text()) or {}) if meta_path.exists() else {}
+    try:
+        meta = TaskMeta.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise UnknownTaskError(f"{meta_path}: {where}: {first['msg']}") from None
+    plain = meta.model_dump(exclude_none=True)
+    return Task(name=name, dir=task_dir, definition=definition, correctness=meta.correctness, meta=plain)

@@ -293,13 +293,6 @@ def _action(errors: list[str], where: str, act: Any, *, need_title: bool) -> Any
     return clean
 
 
-def validate_node_fields(fields: Any, where: str, *, allow_id: bool, new: bool = False) -> list[str]:
-    """Type and range checks on writable node fields; returns the reasons it is invalid."""
-    errors: list[str] = []
-    clean_node_fields(errors, fields, where, allow_id=allow_id, new=new)
-    return errors
-
-
 def clean_node_fields(errors: list[str], fields: Any, where: str, *, allow_id: bool, new: bool) -> dict[str, Any]:
     """Check node fields (a new node's when `new`, else a patch); return the valid ones, append reasons."""
     if not isinstance(fields, dict):

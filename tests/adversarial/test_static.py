@@ -37,7 +37,7 @@ def test_static_checks_name_the_line(task, name, needle, reason):
 
 
 def test_honest_kernels_and_catalog_families_pass_the_static_checks(task):
-    from ksearch.llm.catalog import load_catalog
+    from ksearch.task.catalog import load_catalog
     from ksearch.task import list_tasks, load_task
 
     assert check_source(k.GOOD, StaticCheckConfig.for_task(task)) == []

@@ -17,6 +17,7 @@ from typing import Any
 
 import jinja2
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class CatalogError(ValueError):
@@ -94,46 +95,91 @@ class Catalog:
         return env.get_template(fam.template).render(**values, family=family)
 
 
-def _prior(raw: Any, where: str) -> Prior:
-    raw = raw or {}
-    unknown = set(raw) - set(Prior.__dataclass_fields__)
-    if unknown:
-        raise CatalogError(f"{where}.prior: unknown keys {sorted(unknown)}")
-    return Prior(**raw)
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _PriorDoc(_Strict):
+    rating: float = Field(5.0, ge=0, le=10)
+    confidence: float = Field(0.4, ge=0, le=1)
+    score: float = Field(0.5, ge=0, le=1)
+    difficulty: int = Field(2, ge=1, le=5)
+    expected_speedup: float = Field(1.0, gt=0)
+
+    def build(self) -> Prior:
+        return Prior(**self.model_dump())
+
+
+class _KnobDoc(_Strict):
+    values: list[Any] = Field(min_length=1)
+    default: Any
+    doc: str = ""
+
+    @model_validator(mode="after")
+    def _default_listed(self) -> "_KnobDoc":
+        if self.default not in self.values:
+            raise ValueError(f"default {self.default!r} not in values {self.values}")
+        return self
+
+
+class _TacticDoc(_Strict):
+    name: str
+    title: str
+    rationale: str = ""
+    set: dict[str, Any] = Field(default_factory=dict)
+    prior: _PriorDoc = _PriorDoc()
+
+
+class _FamilyDoc(_Strict):
+    name: str
+    title: str
+    description: str = ""
+    template: str
+    prior: _PriorDoc = _PriorDoc()
+    knobs: dict[str, _KnobDoc]
+    tactics: list[_TacticDoc] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _tactics_set_listed_values(self) -> "_FamilyDoc":
+        for t in self.tactics:
+            for k, v in t.set.items():
+                if k not in self.knobs or v not in self.knobs[k].values:
+                    raise ValueError(f"tactic {t.name} sets {k}={v!r}, not a listed knob value")
+        return self
+
+
+class _CatalogDoc(_Strict):
+    families: list[_FamilyDoc] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "_CatalogDoc":
+        names = [f.name for f in self.families]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate family names {names}")
+        return self
+
+
+def _first_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    where = ".".join(str(x) for x in err["loc"])
+    return f"{where}: {err['msg']}" if where else err["msg"]
 
 
 def load_catalog(strategies_dir: Path, task: str) -> Catalog:
     path = strategies_dir / "catalog.yaml"
     if not path.is_file():
         raise CatalogError(f"task {task} has no strategy catalog at {path}; the offline model needs one")
-    doc = yaml.safe_load(path.read_text()) or {}
+    try:
+        doc = _CatalogDoc.model_validate(yaml.safe_load(path.read_text()) or {})
+    except ValidationError as e:
+        raise CatalogError(f"{path}: {_first_error(e)}") from None
+    except yaml.YAMLError as e:
+        raise CatalogError(f"{path}: not valid YAML ({e})") from None
     families = []
-    for i, f in enumerate(doc.get("families") or []):
-        where = f"{path}: families[{i}]"
-        for key in ("name", "title", "template", "knobs"):
-            if key not in f:
-                raise CatalogError(f"{where} is missing {key!r}")
-        if not (strategies_dir / f["template"]).is_file():
-            raise CatalogError(f"{where}: template {f['template']} not found in {strategies_dir}")
-        knobs = {}
-        for kname, k in f["knobs"].items():
-            values = tuple(k["values"])
-            if k.get("default") not in values:
-                raise CatalogError(f"{where}.knobs.{kname}: default {k.get('default')!r} not in values {list(values)}")
-            knobs[kname] = Knob(kname, values, k["default"], k.get("doc", ""))
-        tactics = []
-        for j, t in enumerate(f.get("tactics") or []):
-            settings = t.get("set") or {}
-            for kname, v in settings.items():
-                if kname not in knobs or v not in knobs[kname].values:
-                    raise CatalogError(f"{where}.tactics[{j}] sets {kname}={v!r}, not a listed knob value")
-            tactics.append(Tactic(t["name"], t["title"], dict(settings), t.get("rationale", ""),
-                                  _prior(t.get("prior"), f"{where}.tactics[{j}]")))
-        families.append(Family(f["name"], f["title"], f.get("description", ""), f["template"], knobs,
-                               tuple(tactics), _prior(f.get("prior"), where)))
-    if not families:
-        raise CatalogError(f"{path} lists no families")
-    names = [f.name for f in families]
-    if len(set(names)) != len(names):
-        raise CatalogError(f"{path}: duplicate family names {names}")
+    for f in doc.families:
+        if not (strategies_dir / f.template).is_file():
+            raise CatalogError(f"{path}: family {f.name}: template {f.template} not found in {strategies_dir}")
+        knobs = {k: Knob(k, tuple(d.values), d.default, d.doc) for k, d in f.knobs.items()}
+        tactics = tuple(Tactic(t.name, t.title, dict(t.set), t.rationale, t.prior.build()) for t in f.tactics)
+        families.append(Family(f.name, f.title, f.description, f.template, knobs, tactics, f.prior.build()))
     return Catalog(task=task, root=strategies_dir, families=tuple(families))
