@@ -239,7 +239,7 @@ class Judge:
             return
         ref = case.reference(k)
         chk = check_outputs(call.snap, ref, self.names, atol=self.corr.atol, rtol=self.corr.rtol,
-                            required_matched_ratio=self.corr.required_matched_ratio)
+                            required_matched_ratio=self.corr.required_matched_ratio, rule=self.corr.rule)
         row = c.row(w)
         row.max_abs_error = max(row.max_abs_error or 0.0, chk.max_abs_error)
         row.max_rel_error = max(row.max_rel_error or 0.0, chk.max_rel_error)
@@ -355,7 +355,7 @@ class Judge:
                                                  f"thread)", w)
                     break
                 chk = check_outputs(snap, case.reference(k), self.names, atol=self.corr.atol, rtol=self.corr.rtol,
-                                    required_matched_ratio=self.corr.required_matched_ratio)
+                                    required_matched_ratio=self.corr.required_matched_ratio, rule=self.corr.rule)
                 if not chk.passed:
                     c.fail(chk.status, f"timed call {i} (input set {'AB'[k]}, copied into the same buffers): "
                                        f"{chk.message}; the result depends on an earlier call (cached by address, "
@@ -400,7 +400,7 @@ class Judge:
                 got = normalize_outputs(call(), self.names)
                 sync(self.device)
                 chk = check_outputs(got, ref, self.names, atol=self.corr.atol, rtol=self.corr.rtol,
-                                    required_matched_ratio=self.corr.required_matched_ratio)
+                                    required_matched_ratio=self.corr.required_matched_ratio, rule=self.corr.rule)
                 if not chk.passed:
                     raise RuntimeError(f"disagrees with the reference: {chk.message}")
                 out.append(Subject(f"baseline:{v}", call))
