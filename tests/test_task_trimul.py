@@ -1,19 +1,23 @@
 """The TriMul (outgoing, H=128) task: reference, workloads, the allclose rule, baselines, catalog families,
 GPUMode-style timing and its script.
 
-CPU tests run the templates under the Triton interpreter on the `tiny` workloads; GPU tests (marked
-`gpu`) check the families and baselines against the fp32 reference on real shapes.
+Without CUDA the templates run under the Triton interpreter on the `tiny` workloads (on a GPU machine the
+same tests run them compiled, on the GPU); GPU tests (marked `gpu`) check the families and baselines
+against the fp32 reference on real shapes.
 """
-
-from ksearch.eval.interpreter import prepare_interpreter
-
-prepare_interpreter()  # before anything imports a Triton kernel
 
 import json
 import math
 
 import pytest
 import torch
+
+from ksearch.eval.interpreter import prepare_interpreter
+
+# The interpreter must be on before any Triton kernel is defined; on a GPU machine kernels run compiled.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu":
+    prepare_interpreter()
 
 from ksearch.eval.evaluator import EvalSettings, Evaluator
 from ksearch.eval.report import BaselineTimes
@@ -48,7 +52,7 @@ def tiny(task):
     """(workload, inputs, reference output) for every tiny workload, built once."""
     cases = []
     for w in task.workload_set("tiny"):
-        inputs = task.make_inputs(w, device="cpu", seed=w.input_seed(0))
+        inputs = task.make_inputs(w, device=DEVICE, seed=w.input_seed(0))
         cases.append((w, inputs, task.reference(**inputs)))
     return cases
 
@@ -73,7 +77,8 @@ def _layer_norm64(v, weight, bias):
 
 
 def _trimul_float64_loops(inp):
-    """TriMul in float64, with the contraction as explicit loops over (b, i, j)."""
+    """TriMul in float64 on the CPU, with the contraction as explicit loops over (b, i, j)."""
+    inp = {k: v.cpu() for k, v in inp.items()}
     x = inp["x"].double()
     z = _layer_norm64(x, inp["norm_weight"], inp["norm_bias"])
     m = inp["mask"].double()[..., None]
@@ -98,7 +103,7 @@ def test_reference_matches_float64_loops(tiny):
     for w, inp, ref in tiny:
         exact = _trimul_float64_loops(inp)
         assert ref.dtype == torch.float32 and ref.shape == inp["x"].shape
-        torch.testing.assert_close(ref.double(), exact, rtol=1e-4, atol=1e-4, msg=w.name)
+        torch.testing.assert_close(ref.cpu().double(), exact, rtol=1e-4, atol=1e-4, msg=w.name)
         assert 0.1 < float(ref.abs().mean()) < 10.0                       # sane magnitudes
 
 
@@ -185,7 +190,7 @@ def test_task_uses_gpumode_correctness(task):
 
 # ---- baselines -------------------------------------------------------------------------------------
 
-def test_fp16_baseline_passes_on_cpu(task, tiny):
+def test_fp16_baseline_passes_on_tiny(task, tiny):
     factory = task.baselines()["torch_fp16"]
     for w, inp, ref in tiny:
         result = _rule(task, factory(inp)(), ref)
@@ -269,7 +274,7 @@ def test_time_case_regenerates_checks_and_stops():
     assert fixed.runs == 3                                                 # stops at the first chance
 
 
-def test_gpumode_script_smoke_on_cpu(tmp_path):
+def test_gpumode_script_smoke_on_tiny(tmp_path):
     import importlib.util
 
     from ksearch import PROJECT_ROOT
@@ -278,12 +283,12 @@ def test_gpumode_script_smoke_on_cpu(tmp_path):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     out = tmp_path / "r.json"
-    code = mod.main(["--device", "cpu", "--cases", "tiny", "--family", "cublas_contraction:precision=bf16",
+    code = mod.main(["--device", DEVICE, "--cases", "tiny", "--family", "cublas_contraction:precision=bf16",
                      "--no-baselines", "--no-recheck", "--max-repeats", "3", "--json", str(out)])
     assert code == 0
     res = json.loads(out.read_text())["results"]["cublas_contraction:precision=bf16"]
     assert res["failed"] is None and res["geomean_ms"] > 0 and len(res["cases"]) == 3
-    assert mod.main(["--device", "cpu", "--cases", "nope", "--no-baselines", "--family", "x"]) == 2
+    assert mod.main(["--device", DEVICE, "--cases", "nope", "--no-baselines", "--family", "x"]) == 2
 
 
 # ---- GPU -------------------------------------------------------------------------------------------
@@ -312,3 +317,27 @@ def test_baselines_pass_on_gpu(task, name, set_name):
         assert result.passed, (name, w.name, result.message)
         del inp
         torch.cuda.empty_cache()
+
+
+# ---- the search end to end -------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_ksearch_run_passes_on_tiny(tmp_path):
+    """`ksearch run task=trimul_outgoing_h128 search.max_rounds=4` on the CPU tiny set (about 3 minutes)."""
+    import os
+    import subprocess
+    import sys
+
+    from ksearch import PROJECT_ROOT
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "ksearch.cli", "run", f"task={TASK}", f"run.dir={run_dir}",
+                           "search.max_rounds=4", "run.live=false", "eval.device=cpu"],
+                          capture_output=True, text=True, env=env, cwd=str(PROJECT_ROOT), timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+    assert sum(r["kind"] == "evaluation" for r in records) == 4
+    assert (run_dir / "best" / "solution.py").exists()
+    assert "best:" in proc.stdout and "vs PyTorch reference (CPU)" in proc.stdout
