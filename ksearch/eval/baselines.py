@@ -152,7 +152,7 @@ def measure_baselines(job: BaselineJob) -> BaselineTimes:
                 got = normalize_outputs(call(), names)
                 gputime.sync(job.device)
                 check = check_outputs(got, ref, names, atol=c.atol, rtol=c.rtol,
-                                      required_matched_ratio=c.required_matched_ratio)
+                                      required_matched_ratio=c.required_matched_ratio, rule=c.rule)
                 if not check.passed:
                     raise RuntimeError(f"disagrees with the reference on {w.name}: {check.message}")
                 got_clocks, methods[name] = time_subject(call, job.device, job.warmup, job.iterations, job.trials)

@@ -175,7 +175,7 @@ class Judge:
             c.fail("INCORRECT_SHAPE", f"{what}: an output is {bad!r}, not a plain tensor", w.name)
             return False
         chk = check_outputs(got, ref, self.names, atol=self.corr.atol, rtol=self.corr.rtol,
-                            required_matched_ratio=self.corr.required_matched_ratio)
+                            required_matched_ratio=self.corr.required_matched_ratio, rule=self.corr.rule)
         row = c.row(w.name)
         row.max_abs_error = max(row.max_abs_error or 0.0, chk.max_abs_error)
         row.max_rel_error = max(row.max_rel_error or 0.0, chk.max_rel_error)

@@ -1,7 +1,8 @@
-"""Correctness rules: type, device, shape, dtype, finiteness, then FlashInfer-Bench's element rule.
+"""Correctness rules: type, device, shape, dtype, finiteness, then an element rule.
 
-An element fails only where |x - y| > atol AND |x - y| / (|y| + 1e-8) > rtol (passing either test is
-enough). An output passes when the fraction of passing elements is at least `required_matched_ratio`.
+rule="flashinfer" (FlashInfer-Bench's, the default): an element fails only where |x - y| > atol AND
+|x - y| / (|y| + 1e-8) > rtol (passing either test is enough). rule="allclose" (torch.allclose's, which
+GPUMode uses): an element fails where |x - y| > atol + rtol * |y|. An output passes when the fraction of passing elements is at least `required_matched_ratio`.
 Outputs must be plain torch.Tensor objects (a subclass could intercept the checker's own operations)
 on the reference's device. The comparison runs on that device; only a few scalars move to the host.
 Pure torch; no imports beyond it, so worker processes stay light.
@@ -46,7 +47,9 @@ def normalize_outputs(result: Any, output_names: list[str]) -> list[Any]:
 
 
 def check_outputs(got: list[Any], want: list[Any], names: list[str], *, atol: float, rtol: float,
-                  required_matched_ratio: float = 1.0) -> CheckResult:
+                  required_matched_ratio: float = 1.0, rule: str = "flashinfer") -> CheckResult:
+    if rule not in ("flashinfer", "allclose"):
+        raise ValueError(f"unknown element rule {rule!r}; known: flashinfer, allclose")
     worst = CheckResult("PASSED")
     for name, x, y in zip(names, got, want):
         if type(x) is not torch.Tensor:        # noqa: E721 - exact type: subclasses can fake the checks
@@ -77,7 +80,10 @@ def check_outputs(got: list[Any], want: list[Any], names: list[str], *, atol: fl
         ref_odd = ~torch.isfinite(yf)
         diff = torch.where(same_inf, torch.zeros_like(diff), torch.where(ref_odd, torch.full_like(diff, float("inf")), diff))
         rel = torch.where(same_inf, torch.zeros_like(rel), torch.where(ref_odd, torch.full_like(rel, float("inf")), rel))
-        failed = (diff > atol) & (rel > rtol)
+        if rule == "allclose":
+            failed = diff > atol + rtol * torch.where(ref_odd, torch.zeros_like(yf), yf.abs())
+        else:
+            failed = (diff > atol) & (rel > rtol)
         ratio = 1.0 - float(failed.sum()) / failed.numel()
         worst.max_abs_error = max(worst.max_abs_error, float(diff.max()))
         worst.max_rel_error = max(worst.max_rel_error, float(rel.max()))
@@ -85,8 +91,9 @@ def check_outputs(got: list[Any], want: list[Any], names: list[str], *, atol: fl
         if ratio < required_matched_ratio:
             first = tuple(int(i) for i in failed.nonzero()[0].tolist())
             worst.status = "INCORRECT_NUMERICAL"
-            worst.message = (f"{name}: {int(failed.sum())} of {failed.numel()} elements outside atol={atol} "
-                             f"and rtol={rtol} (matched {ratio:.6f} < {required_matched_ratio}); first at {first}: "
+            bound = f"atol={atol} + rtol={rtol} * |ref|" if rule == "allclose" else f"atol={atol} and rtol={rtol}"
+            worst.message = (f"{name}: {int(failed.sum())} of {failed.numel()} elements outside {bound} "
+                             f"(matched {ratio:.6f} < {required_matched_ratio}); first at {first}: "
                              f"got {float(xf[first]):.6g}, expected {float(yf[first]):.6g}")
             return worst
     return worst

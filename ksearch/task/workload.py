@@ -27,10 +27,20 @@ class Workload:
         return {"name": self.name, "axes": dict(self.axes), "params": dict(self.params)}
 
 
+ELEMENT_RULES = ("flashinfer", "allclose")
+
+
 @dataclass(frozen=True)
 class Correctness:
-    """FlashInfer-Bench's element rule: an element fails only where abs > atol AND rel > rtol."""
+    """The element rule. `flashinfer` (default), FlashInfer-Bench's: an element fails only where
+    abs > atol AND rel > rtol. `allclose`, torch.allclose's (GPUMode's): it fails where
+    abs > atol + rtol * |ref|."""
 
     atol: float = 1e-2
     rtol: float = 1e-2
     required_matched_ratio: float = 1.0
+    rule: str = "flashinfer"
+
+    def __post_init__(self) -> None:
+        if self.rule not in ELEMENT_RULES:
+            raise ValueError(f"correctness.rule must be one of {list(ELEMENT_RULES)}, got {self.rule!r}")

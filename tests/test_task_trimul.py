@@ -1,0 +1,343 @@
+"""The TriMul (outgoing, H=128) task: reference, workloads, the allclose rule, baselines, catalog families,
+GPUMode-style timing and its script.
+
+Without CUDA the templates run under the Triton interpreter on the `tiny` workloads (on a GPU machine the
+same tests run them compiled, on the GPU); GPU tests (marked `gpu`) check the families and baselines
+against the fp32 reference on real shapes.
+"""
+
+import json
+import math
+
+import pytest
+import torch
+
+from ksearch.eval.interpreter import prepare_interpreter
+
+# The interpreter must be on before any Triton kernel is defined; on a GPU machine kernels run compiled.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu":
+    prepare_interpreter()
+
+from ksearch.eval.evaluator import EvalSettings, Evaluator
+from ksearch.eval.report import BaselineTimes
+from ksearch.eval.rules import check_outputs
+from ksearch.instantiate.loader import load_entry_point
+from ksearch.llm.catalog import load_catalog
+from ksearch.task import Correctness, load_task
+from ksearch.task.gpumode_timing import CheckFailed, geometric_mean, mean_and_errors, time_case
+
+TASK = "trimul_outgoing_h128"
+BENCHMARK = [(256, 2, 128, False, "normal"), (768, 1, 128, False, "cauchy"), (256, 2, 384, True, "normal"),
+             (512, 1, 128, False, "normal"), (1024, 1, 128, False, "cauchy"), (768, 1, 384, True, "normal"),
+             (1024, 1, 384, False, "normal")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Many small CPU ops: one intra-op thread is faster on a shared machine (restored after)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_task(TASK)
+
+
+@pytest.fixture(scope="module")
+def tiny(task):
+    """(workload, inputs, reference output) for every tiny workload, built once."""
+    cases = []
+    for w in task.workload_set("tiny"):
+        inputs = task.make_inputs(w, device=DEVICE, seed=w.input_seed(0))
+        cases.append((w, inputs, task.reference(**inputs)))
+    return cases
+
+
+def _rule(task, got, want):
+    c = task.correctness
+    return check_outputs([got], [want], ["out"], atol=c.atol, rtol=c.rtol,
+                         required_matched_ratio=c.required_matched_ratio, rule=c.rule)
+
+
+def _case(w):
+    return (w.axes["S"], w.axes["B"], w.axes["D"], w.params["masked"], w.params["distribution"])
+
+
+# ---- reference -------------------------------------------------------------------------------------
+
+def _layer_norm64(v, weight, bias):
+    n = v.shape[-1]
+    mean = v.sum(-1, keepdim=True) / n
+    var = ((v - mean) * (v - mean)).sum(-1, keepdim=True) / n
+    return (v - mean) / (var + 1e-5).sqrt() * weight.double() + bias.double()
+
+
+def _trimul_float64_loops(inp):
+    """TriMul in float64 on the CPU, with the contraction as explicit loops over (b, i, j)."""
+    inp = {k: v.cpu() for k, v in inp.items()}
+    x = inp["x"].double()
+    z = _layer_norm64(x, inp["norm_weight"], inp["norm_bias"])
+    m = inp["mask"].double()[..., None]
+
+    def lin(name):
+        return torch.einsum("bijd,hd->bijh", z, inp[name].double())
+
+    left = lin("left_proj_weight") * m * (1.0 / (1.0 + torch.exp(-lin("left_gate_weight"))))
+    right = lin("right_proj_weight") * m * (1.0 / (1.0 + torch.exp(-lin("right_gate_weight"))))
+    gate = 1.0 / (1.0 + torch.exp(-lin("out_gate_weight")))
+    b_, s = x.shape[0], x.shape[1]
+    t = torch.zeros(b_, s, s, left.shape[-1], dtype=torch.float64)
+    for b in range(b_):
+        for i in range(s):
+            for j in range(s):
+                t[b, i, j] = (left[b, i] * right[b, j]).sum(0)          # sum over k, per h
+    y = _layer_norm64(t, inp["to_out_norm_weight"], inp["to_out_norm_bias"]) * gate
+    return torch.einsum("bijh,dh->bijd", y, inp["to_out_weight"].double())
+
+
+def test_reference_matches_float64_loops(tiny):
+    for w, inp, ref in tiny:
+        exact = _trimul_float64_loops(inp)
+        assert ref.dtype == torch.float32 and ref.shape == inp["x"].shape
+        torch.testing.assert_close(ref.cpu().double(), exact, rtol=1e-4, atol=1e-4, msg=w.name)
+        assert 0.1 < float(ref.abs().mean()) < 10.0                       # sane magnitudes
+
+
+def test_reference_restores_the_tf32_setting(task, tiny):
+    _, inp, _ = tiny[0]
+    saved = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for flag in (True, False):
+            torch.backends.cuda.matmul.allow_tf32 = flag
+            task.reference(**inp)
+            assert torch.backends.cuda.matmul.allow_tf32 is flag
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+# ---- workloads ---------------------------------------------------------------------------------------
+
+def test_workload_sets(task):
+    sets = task.workload_sets()
+    assert set(sets) == {"tiny", "test", "benchmark", "feedback", "validate", "full"}
+    assert [_case(w) for w in sets["benchmark"]] == BENCHMARK
+    assert [w.name for w in sets["feedback"]] == [w.name for w in sets["benchmark"]][2:5]
+    assert [w.name for w in sets["validate"]] == [w.name for w in sets["test"]]
+    assert [w.name for w in sets["full"]] == [w.name for w in sets["test"] + sets["benchmark"]]
+    test = sets["test"]
+    assert len(test) == 18 and len({w.name for w in sets["full"]}) == 25
+    assert not {_case(w) for w in test} & set(BENCHMARK)                 # held out from the feedback
+    for d in (128, 384, 768):
+        of_d = [_case(w) for w in test if w.axes["D"] == d]
+        assert {c[3] for c in of_d} == {True, False} and {c[4] for c in of_d} == {"normal", "cauchy"}
+    assert {w.axes["B"] for w in test} == {1, 2} and max(w.axes["S"] for w in test) == 1024
+    tiny = [_case(w) for w in sets["tiny"]]
+    assert {c[0] for c in tiny} == {8, 16, 33} and {c[2] for c in tiny} <= {16, 32}
+    assert {c[3] for c in tiny} == {True, False} and "cauchy" in {c[4] for c in tiny}
+    assert task.default_workload_set(on_gpu=False) == "tiny" and task.default_workload_set(on_gpu=True) == "feedback"
+
+
+def test_make_inputs_are_deterministic_and_follow_the_definition(task):
+    masked, plain = task.workload_set("tiny")[0], task.workload_set("tiny")[1]
+    a = task.make_inputs(masked, device="cpu", seed=7)
+    b = task.make_inputs(masked, device="cpu", seed=7)
+    c = task.make_inputs(masked, device="cpu", seed=8)
+    assert list(a) == task.definition.input_names
+    assert all(torch.equal(a[k], b[k]) for k in a) and not torch.equal(a["x"], c["x"])
+    assert set(a["mask"].unique().tolist()) == {0.0, 1.0}
+    assert bool((task.make_inputs(plain, device="cpu", seed=7)["mask"] == 1).all())
+    b_, s, d = masked.axes["B"], masked.axes["S"], masked.axes["D"]
+    assert a["x"].shape == (b_, s, s, d) and a["left_proj_weight"].shape == (128, d) and a["to_out_weight"].shape == (d, 128)
+    assert all(v.dtype == torch.float32 for v in a.values())
+    cauchy = task.workload_set("tiny")[2]
+    assert cauchy.params["distribution"] == "cauchy"
+    assert float(task.make_inputs(cauchy, device="cpu", seed=0)["x"].abs().max()) > 50   # heavy tails
+
+
+def test_flops_and_traffic(task):
+    w = task.workload_set("benchmark")[6]                                  # S=1024, B=1, D=384
+    mod = task.workloads_module
+    assert mod.flops(w) == 2 * 1024 ** 3 * 128 + 2 * 1024 ** 2 * 384 * 128 * 6
+    assert task.traffic_bytes(w) > 2 * 4 * 1024 ** 2 * 384
+
+
+# ---- the allclose rule -----------------------------------------------------------------------------
+
+def test_allclose_rule_is_atol_plus_rtol_times_ref():
+    y = torch.tensor([1.0, 0.0, -10.0])
+    inside = torch.tensor([1.039, 0.0199, -10.219])       # 0.039 <= 0.04; 0.0199 <= 0.02; 0.219 <= 0.22
+    kw = dict(atol=0.02, rtol=0.02)
+    assert check_outputs([inside], [y], ["out"], rule="allclose", **kw).passed
+    # FlashInfer-Bench's rule (abs > atol AND rel > rtol fails) refuses the first element.
+    assert not check_outputs([inside], [y], ["out"], **kw).passed
+    outside = torch.tensor([1.041, 0.0, -10.0])
+    res = check_outputs([outside], [y], ["out"], rule="allclose", **kw)
+    assert res.status == "INCORRECT_NUMERICAL" and "rtol=0.02 * |ref|" in res.message
+    with pytest.raises(ValueError):
+        check_outputs([inside], [y], ["out"], rule="closeish", **kw)
+    with pytest.raises(ValueError):
+        Correctness(rule="closeish")
+
+
+def test_task_uses_gpumode_correctness(task):
+    c = task.correctness
+    assert (c.atol, c.rtol, c.required_matched_ratio, c.rule) == (0.02, 0.02, 1.0, "allclose")
+
+
+# ---- baselines -------------------------------------------------------------------------------------
+
+def test_fp16_baseline_passes_on_tiny(task, tiny):
+    factory = task.baselines()["torch_fp16"]
+    for w, inp, ref in tiny:
+        result = _rule(task, factory(inp)(), ref)
+        assert result.passed, (w.name, result.message)
+
+
+# ---- catalog ---------------------------------------------------------------------------------------
+
+def _catalog(task):
+    return load_catalog(task.strategies_dir, task.name)
+
+
+def _tactics():
+    cat = _catalog(load_task(TASK))
+    return [(f.name, t.name, dict(t.settings)) for f in cat.families for t in f.tactics]
+
+
+def test_catalog_shape(task):
+    cat = _catalog(task)
+    assert {f.name for f in cat.families} == {"cublas_contraction", "triton_contraction"}
+    for fam in cat.families:
+        assert 3 <= len(fam.tactics) <= 6
+        for knob in fam.knobs.values():
+            for value in knob.values:
+                src = cat.render(fam.name, {knob.name: value})
+                compile(src, f"{fam.name}:{knob.name}={value}", "exec")
+                assert "def run(x, mask, norm_weight, norm_bias, left_proj_weight" in src
+                for bad in (".item(", ".tolist(", ".cpu(", "synchronize", "import ksearch", "reference"):
+                    assert bad not in src, (fam.name, knob.name, value, bad)
+
+
+def test_every_family_passes_tiny_through_the_evaluator(task):
+    """Defaults of each family, judged by the real evaluator (static checks, worker, fresh inputs)."""
+    cat = _catalog(task)
+    workloads = task.workload_set("tiny")
+    baseline = BaselineTimes("cpu", {"reference": {w.name: 1.0 for w in workloads}}, "fixed 1 ms")
+    settings = EvalSettings(device="cpu", timeout_s=600, warmup=0, iterations=1, trials=2, check_trials=2)
+    with Evaluator(task, settings) as ev:
+        for fam in cat.families:
+            report = ev.evaluate(cat.render(fam.name, {}), fam.name, workloads, baseline)
+            assert report.passed, (fam.name, report.summary(), report.log[-2000:])
+
+
+@pytest.mark.parametrize("family,tactic,settings", _tactics(), ids=lambda v: v if isinstance(v, str) else "")
+def test_tactics_match_reference_under_interpreter(task, tiny, family, tactic, settings):
+    run = load_entry_point(_catalog(task).render(family, settings), name_hint=f"trimul_{family}_{tactic}")
+    for w, inp, ref in (tiny[0], tiny[-1]):
+        result = _rule(task, run(**inp), ref)
+        assert result.passed, (family, tactic, w.name, result.message)
+
+
+# ---- GPUMode timing --------------------------------------------------------------------------------
+
+def test_mean_errors_and_geomean():
+    mean, std, err = mean_and_errors([1.0, 2.0, 3.0, 4.0])
+    assert mean == 2.5 and std == pytest.approx(math.sqrt(5 / 3)) and err == pytest.approx(std / 2)
+    assert geometric_mean([1.0, 4.0, 16.0]) == pytest.approx(4.0)
+    with pytest.raises(ValueError):
+        geometric_mean([1.0, 0.0])
+
+
+def test_time_case_regenerates_checks_and_stops():
+    seeds, checked = [], []
+
+    def make_inputs(seed):
+        seeds.append(seed)
+        return {"v": torch.full((4,), float(seed))}
+
+    def check(inputs, out):
+        checked.append(float(out[0]))
+        return None if torch.equal(out, inputs["v"] * 2) else "wrong"
+
+    timing = time_case("c", lambda inp: (lambda: inp["v"] * 2), make_inputs, check, seed=5, device="cpu",
+                       max_repeats=4, rel_stderr=0.0)
+    assert timing.runs == 4 and seeds == [5, 18, 31, 44, 57] and checked == [10.0, 36.0, 62.0, 88.0, 114.0]
+    assert timing.mean_ms > 0 and timing.stderr_ms >= 0
+    with pytest.raises(CheckFailed):
+        time_case("c", lambda inp: (lambda: inp["v"]), make_inputs, check, seed=5, device="cpu", max_repeats=2)
+    fixed = time_case("c", lambda inp: (lambda: inp["v"] * 2), make_inputs, check, seed=1, device="cpu",
+                      max_repeats=50, rel_stderr=1e9)
+    assert fixed.runs == 3                                                 # stops at the first chance
+
+
+def test_gpumode_script_smoke_on_tiny(tmp_path):
+    import importlib.util
+
+    from ksearch import PROJECT_ROOT
+
+    spec = importlib.util.spec_from_file_location("trimul_gpumode", PROJECT_ROOT / "benchmarks" / "trimul_gpumode.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "r.json"
+    code = mod.main(["--device", DEVICE, "--cases", "tiny", "--family", "cublas_contraction:precision=bf16",
+                     "--no-baselines", "--no-recheck", "--max-repeats", "3", "--json", str(out)])
+    assert code == 0
+    res = json.loads(out.read_text())["results"]["cublas_contraction:precision=bf16"]
+    assert res["failed"] is None and res["geomean_ms"] > 0 and len(res["cases"]) == 3
+    assert mod.main(["--device", DEVICE, "--cases", "nope", "--no-baselines", "--family", "x"]) == 2
+
+
+# ---- GPU -------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family,knobs", [("cublas_contraction", {}), ("triton_contraction", {}),
+                                          ("cublas_contraction", {"precision": "bf16"}),
+                                          ("triton_contraction", {"precision": "bf16"})])
+def test_families_pass_full_set_on_gpu(task, family, knobs):
+    run = load_entry_point(_catalog(task).render(family, knobs), name_hint=f"trimul_gpu_{family}")
+    for w in task.workload_set("full"):
+        inp = task.make_inputs(w, device="cuda", seed=w.input_seed(0))
+        result = _rule(task, run(**inp), task.reference(**inp))
+        assert result.passed, (family, knobs, w.name, result.message)
+        del inp
+        torch.cuda.empty_cache()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,set_name", [("torch_fp16", "full"), ("torch_compile", "benchmark")])
+def test_baselines_pass_on_gpu(task, name, set_name):
+    factory = task.baselines()[name]
+    for w in task.workload_set(set_name):
+        inp = task.make_inputs(w, device="cuda", seed=w.input_seed(0))
+        result = _rule(task, factory(inp)(), task.reference(**inp))
+        assert result.passed, (name, w.name, result.message)
+        del inp
+        torch.cuda.empty_cache()
+
+
+# ---- the search end to end -------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_ksearch_run_passes_on_tiny(tmp_path):
+    """`ksearch run task=trimul_outgoing_h128 search.max_rounds=4` on the CPU tiny set (about 3 minutes)."""
+    import os
+    import subprocess
+    import sys
+
+    from ksearch import PROJECT_ROOT
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "ksearch.cli", "run", f"task={TASK}", f"run.dir={run_dir}",
+                           "search.max_rounds=4", "run.live=false", "eval.device=cpu"],
+                          capture_output=True, text=True, env=env, cwd=str(PROJECT_ROOT), timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+    assert sum(r["kind"] == "evaluation" for r in records) == 4
+    assert (run_dir / "best" / "solution.py").exists()
+    assert "best:" in proc.stdout and "vs PyTorch reference (CPU)" in proc.stdout
