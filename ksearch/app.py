@@ -177,10 +177,13 @@ def check_llm_credentials(cfg: DictConfig) -> None:
     llm = cfg.llm
     if llm.kind != "litellm" or llm.get("replay") or llm.get("api_base"):
         return
+    from ksearch.llm.base import ModelError
+    from ksearch.llm.litellm_model import import_litellm
+
     try:
-        import litellm
-    except ImportError:
-        raise ConfigError("llm=litellm needs the litellm package: pip install 'litellm>=1.80,!=1.107.0'") from None
+        litellm = import_litellm()          # no network fetch of the cost map at import
+    except ModelError as e:
+        raise ConfigError(str(e)) from None
     try:
         env = litellm.validate_environment(model=llm.model)
     except Exception:       # an unknown provider: the first request reports it with litellm's own words
