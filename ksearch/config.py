@@ -45,6 +45,7 @@ class SearchConfig:
     seed_solution: Optional[str] = None   # a kernel file to evaluate first and attach to the root
     policy: str = "learned"               # learned (measured evidence + calibration) | greedy (K-Search's)
     language: str = "triton"              # what code requests ask for: triton | cuda (either is accepted)
+    parallel: int = 1                     # action cycles in flight at once, on different frontier nodes
 
 
 @dataclass
@@ -60,6 +61,8 @@ class EvalConfig:
     check_trials: int = 2                 # correctness checks per workload, each on fresh random inputs
     static_checks: bool = True            # refuse forbidden source (reference imports, file/network, timer patches)
     remeasure_near_ties: bool = True      # re-measure a candidate within noise of the best, interleaved
+    pool: str = "local"                   # local (evaluator processes here) | ray (one actor per GPU / CPU slot)
+    ray_address: Optional[str] = None     # with pool=ray: join this cluster (default: start a local one)
 
 
 @dataclass

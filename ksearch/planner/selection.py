@@ -191,15 +191,16 @@ def priority(wm: WorldModel, node: Node, explore_weight: float = 0.0, policy: st
 
 
 def choose_next(wm: WorldModel, max_difficulty: int, explore_weight: float = 0.0,
-                policy: str = "learned") -> Node | None:
+                policy: str = "learned", exclude: frozenset[str] | set[str] = frozenset()) -> Node | None:
     """The frontier action to run next, or None when nothing on the frontier is within the cap.
 
     learned: total desc; greedy: action.score desc; then difficulty asc, rating desc, node_id asc.
     The difficulty cap is the user's and is never raised; if nothing is under it, nothing is selected
-    and the search ends, saying why.
+    and the search ends, saying why. Nodes in `exclude` (a parallel run's cycles in flight) are skipped.
     """
     _check(policy, explore_weight)
-    candidates = [n for n in wm.frontier() if n.action is not None and n.action.difficulty <= max_difficulty]
+    candidates = [n for n in wm.frontier() if n.action is not None and n.action.difficulty <= max_difficulty
+                  and n.node_id not in exclude]
     if not candidates:
         return None
     if policy == "greedy":
