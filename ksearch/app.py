@@ -106,7 +106,7 @@ def _model_settings(cfg: DictConfig) -> dict[str, Any]:
 
 def execute(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None):
     """Run (fresh) or resume the search described by `cfg` in `run_path`. Returns the SearchOutcome."""
-    from ksearch.eval.evaluator import Evaluator
+    from ksearch.eval.pool import build_pool
     from ksearch.llm import build_model
     from ksearch.planner.search import Search, frozen_changes, settings_diff
     from ksearch.store import Journal, RunDir
@@ -145,10 +145,17 @@ def execute(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = Non
                         **_model_settings(cfg))
     journal = Journal(run.journal_path)
     notify = progress.message if progress is not None else print
+
+    def pool() -> Any:     # local evaluators or Ray actors, one per GPU or per cycle slot (search.parallel)
+        try:
+            return build_pool(c.eval.pool, task, settings, max(1, c.search.parallel), ray_address=c.eval.ray_address)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
     if c.llm.replay and c.llm.replay_measurements:
-        evaluator: Any = RecordedEvaluator(Path(c.llm.replay), lambda: Evaluator(task, settings), notify)
+        evaluator: Any = RecordedEvaluator(Path(c.llm.replay), pool, notify)
     else:
-        evaluator = Evaluator(task, settings)
+        evaluator = pool()
     try:
         search = Search(c, task, model, evaluator, run, journal, workloads, set_name, device, progress, fork=fork)
         return search.run()

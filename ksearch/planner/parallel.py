@@ -24,6 +24,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from ksearch.eval.pool import serialize_ast_parse
 from ksearch.llm.base import ModelRequest
 from ksearch.planner.cycle import CycleState
 from ksearch.world_model import WorldModel
@@ -37,6 +38,7 @@ MAX_THREADS = 64
 
 class ParallelLoop:
     def __init__(self, search: "Search"):
+        serialize_ast_parse()
         self.s = search
         self.in_flight: dict[int, tuple[CycleState, Future]] = {}     # insertion order = cycle order
         self.reserved = 0
