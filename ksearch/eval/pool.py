@@ -111,7 +111,9 @@ class LocalPool:
 
     def measure_baselines(self, workloads: list[Any], time_reference: bool = False) -> BaselineTimes:
         with self._lender.borrow() as ev:
-            return ev.measure_baselines(workloads, time_reference=time_reference)
+            if time_reference:
+                return ev.measure_baselines(workloads, time_reference=True)
+            return ev.measure_baselines(workloads)
 
     def close(self) -> None:
         for ev in self._evaluators:
@@ -185,7 +187,8 @@ class RayPool:
                 opts: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1 if on_gpu else 0, "max_concurrency": 1}
                 self._actors.append(remote.options(**opts).remote(task_name, tasks_root, asdict(s)))
             # wait until every actor is up (a broken environment shows here, not at the first candidate)
-            ray.get([a.worker_pids.remote() for a in self._actors], timeout=rs.startup_timeout_s)
+            up = ray.get([a.worker_pids.remote() for a in self._actors], timeout=rs.startup_timeout_s)
+            self.pids = {p for ps in up for p in ps}      # actor processes, for checks that none outlives us
         except BaseException:
             self.close()
             raise
@@ -218,6 +221,9 @@ class RayPool:
         try:
             if actors:
                 try:
+                    # the evaluators' worker processes (their judges) are gone once this returns
+                    pids = ray.get([a.worker_pids.remote() for a in actors], timeout=10.0)
+                    self.pids = getattr(self, "pids", set()) | {p for ps in pids for p in ps}
                     ray.get([a.close.remote() for a in actors], timeout=getattr(self, "_close_timeout", 60.0))
                 except Exception:      # an actor that died or hangs: killing it below is all that is left
                     pass
