@@ -1,6 +1,6 @@
 """Serial against parallel search when the model is slow: wall time to the same number of evaluations.
 
-    PYTHONPATH=. python benchmarks/parallel_speedup.py [--delay 2.0] [--eval-s 0.2] [--rounds 12] [--parallel 1 4]
+    PYTHONPATH=. python benchmarks/parallel_speedup.py [--delay 2.0] [--eval-s 0.2] [--rounds 48] [--parallel 1 4]
 
 For each N: an offline run with search.parallel=N records every prompt and reply; then the same search
 runs with llm=litellm against a local OpenAI-compatible server (tests/fake_llm_server.py) that answers
@@ -82,19 +82,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--delay", type=float, default=2.0, help="seconds the fake model takes per answer")
     ap.add_argument("--eval-s", type=float, default=0.2, help="seconds per evaluation (stand-in evaluator)")
-    ap.add_argument("--rounds", type=int, default=12, help="search.max_rounds")
+    ap.add_argument("--rounds", type=int, default=48, help="search.max_rounds")
     ap.add_argument("--parallel", type=int, nargs="+", default=[1, 4])
+    ap.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
     args = ap.parse_args()
 
     import ksearch.eval.evaluator as ev
 
     TimedStandIn.eval_s = args.eval_s
     ev.Evaluator = TimedStandIn          # the pool builds its evaluators from here
+    import litellm  # noqa: F401       # imported once before any timing (it takes seconds)
     os.environ.setdefault("OPENAI_API_KEY", "sk-benchmark")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.parallel:
-            rows.append(one(n, args.rounds, args.delay, Path(tmp)))
+            rows.append(one(n, args.rounds, args.delay, args.keep or Path(tmp)))
     print(f"model delay {args.delay:g} s, evaluation {args.eval_s:g} s, search.max_rounds={args.rounds}")
     print(f"{'parallel':>8} {'evals':>6} {'requests':>8} {'in flight':>9} {'wall s':>8} {'speedup':>8} {'best':>7}")
     base = rows[0]["wall_s"]

@@ -87,15 +87,13 @@ def fork_settings(cfg: DictConfig) -> tuple[str | None, str | None]:
 
 def recorded_settings(run_path: Path) -> DictConfig | None:
     """The settings a run's journal says are in effect at its end (first segment + recorded changes)."""
-    from ksearch.store import read_journal
+    from ksearch.store import records as R
 
-    records, _ = read_journal(run_path / "journal.jsonl")
+    records, _ = R.read_records(run_path / "journal.jsonl")
     cfg = None
     for r in records:
-        if r.get("kind") == "run_start" and r.get("config"):
-            cfg = r["config"]
-        elif r.get("kind") == "config":
-            cfg = r["config"]
+        if isinstance(r, (R.RunStart, R.ConfigChange)) and r.config:
+            cfg = r.config
     return OmegaConf.merge(OmegaConf.structured(Config), cfg) if cfg else None  # type: ignore[return-value]
 
 

@@ -12,8 +12,9 @@ then fills the free slots. So everything the owner does - which node each cycle 
 edits, bests and budget decisions - depends on N and on the answers only, never on timing: replay
 re-enacts it exactly, and a resumed run may change N (each settings segment replays with its own N).
 
-Budgets: a cycle reserves up to max_rounds_per_cycle rounds when it starts and gives back what it did not
-use when applied, so search.max_rounds is never overrun; the model budget is checked by the owner before
+Budgets: a cycle reserves up to max_rounds_per_cycle rounds when it starts (near the end of the budget, a
+fair share of what is left: ceil(free / N)) and gives back what it did not use when applied, so
+search.max_rounds is never overrun (round labels of unused reservations are skipped); the model budget is checked by the owner before
 a cycle starts, so requests of cycles already in flight may pass llm.max_requests by up to N cycles'
 worth (their spend is counted when they are applied).
 """
@@ -81,7 +82,10 @@ class ParallelLoop:
             node = s.select(busy)
             if node is None:
                 return s.no_action_reason()
-            cap = min(s.cfg.search.max_rounds_per_cycle, self._free_rounds())
+            # Near the end of the round budget the rounds left are shared among the slots, so the last
+            # cycles run side by side instead of one long cycle taking them all.
+            slots = min(s.cfg.search.parallel, MAX_THREADS)
+            cap = min(s.cfg.search.max_rounds_per_cycle, max(1, -(-self._free_rounds() // slots)))
             state = s.start_cycle(node, s.round, cap)
             s.round += cap                          # round labels reserved for this cycle
             self.reserved += cap

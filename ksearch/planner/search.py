@@ -32,6 +32,7 @@ from ksearch.planner.settings import (CHANGEABLE_EVAL_KEYS, CHANGEABLE_SECTIONS,
                                       settings_diff)
 from ksearch.store import Journal, RunDir
 from ksearch.store.fork import ForkSeed, seed_record
+from ksearch.store.records import ConfigChange, ModelFailed, RunStart, parse_record
 from ksearch.task import Task, Workload
 from ksearch.world_model import AttachedSolution, EditResult, Node, WorldModel, render_compact, render_frontier
 from ksearch.world_model.fallback import fallback_edit
@@ -132,11 +133,12 @@ class Search:
         return self.prompts.baseline
 
     # ---- settings segments --------------------------------------------------------------------------
-    def _replayed_info(self, rec: dict[str, Any]) -> None:
-        if rec["kind"] == "config":
-            self.segments.replayed(rec["config"])
-        elif rec["kind"] == "model_failed":
-            self.spend.add(rec.get("usage") or {})
+    def _replayed_info(self, raw: dict[str, Any]) -> None:
+        rec = parse_record(raw)
+        if isinstance(rec, ConfigChange):
+            self.segments.replayed(rec.config)
+        elif isinstance(rec, ModelFailed):
+            self.spend.add(rec.usage)
 
     def _record_change(self, config: dict[str, Any], diff: dict[str, Any]) -> None:
         self.journal.record_info("config", config=config, changed=diff)
@@ -243,9 +245,9 @@ class Search:
 
     # ---- set-up ---------------------------------------------------------------------------------------
     def _setup(self) -> None:
-        first = self.journal.recorded[0] if self.journal.recorded else None
-        if first is not None and first.get("kind") == "run_start" and first.get("config"):
-            self.segments.replay_first(first["config"])   # replay the first segment as it ran
+        first = parse_record(self.journal.recorded[0]) if self.journal.recorded else None
+        if isinstance(first, RunStart) and first.config:
+            self.segments.replay_first(first.config)   # replay the first segment as it ran
         self.journal.event("run_start", check={"task": self.task.name, "workload_set": self.workload_set,
                                                "device": self.device},
                            workloads=[w.to_json() for w in self.workloads], model=self.model.name,
