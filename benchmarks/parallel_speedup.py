@@ -91,6 +91,7 @@ def main() -> None:
 
     TimedStandIn.eval_s = args.eval_s
     ev.Evaluator = TimedStandIn          # the pool builds its evaluators from here
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")   # no network look-up at import
     import litellm  # noqa: F401       # imported once before any timing (it takes seconds)
     os.environ.setdefault("OPENAI_API_KEY", "sk-benchmark")
     rows = []

@@ -22,8 +22,8 @@ worth (their spend is counted when they are applied).
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Callable
 
 from ksearch.eval.pool import serialize_ast_parse
 from ksearch.llm.base import ModelRequest
@@ -34,7 +34,24 @@ if TYPE_CHECKING:
     from ksearch.planner.search import CloseRequest, Search
 
 #: Threads for cycles in flight; search.parallel is capped by it.
-MAX_THREADS = 64
+MAX_THREADS = 256
+
+
+def _in_thread(name: str, fn: Callable[..., Any], *args: Any) -> Future:
+    """Run fn(*args) in a daemon thread: a run that stops on an error does not wait at exit for requests
+    still in flight in other cycles (what they recorded stays; the rest is redone on resume)."""
+    future: Future = Future()
+
+    def target() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn(*args))
+        except BaseException as e:          # handed to the owner, which re-raises it in cycle order
+            future.set_exception(e)
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return future
 
 
 class ParallelLoop:
@@ -55,10 +72,9 @@ class ParallelLoop:
     def run(self) -> str | None:
         """Runs until a stop reason (returned) or until settings go back to one cycle at a time (None)."""
         s = self.s
-        pool = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="ksearch-cycle")
         try:
             while True:
-                stop = self._fill(pool)
+                stop = self._fill()
                 if not self.in_flight:
                     if s.cfg.search.parallel <= 1 and stop is None:
                         return None
@@ -69,9 +85,10 @@ class ParallelLoop:
                 self.reserved -= state.max_attempts
                 self._apply(state, close)
         finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+            for _, future in self.in_flight.values():
+                future.cancel()
 
-    def _fill(self, pool: ThreadPoolExecutor) -> str | None:
+    def _fill(self) -> str | None:
         s = self.s
         while len(self.in_flight) < min(s.cfg.search.parallel, MAX_THREADS):
             reason = self._stop_reason()
@@ -90,12 +107,11 @@ class ParallelLoop:
             s.round += cap                          # round labels reserved for this cycle
             self.reserved += cap
             tree = s.wm.to_json()
-            self.in_flight[state.cycle] = (state, pool.submit(self._work, state, tree))
+            self.in_flight[state.cycle] = (state, _in_thread(f"ksearch-cycle-{state.cycle}", self._work, state, tree))
         return None
 
     def _work(self, state: CycleState, tree: dict[str, Any]) -> "CloseRequest":
         """The cycle's thread: attempts, then the close request on a copy of the tree."""
-        threading.current_thread().name = f"ksearch-cycle-{state.cycle}"
         s = self.s
         while state.k < state.max_attempts:
             state.record(s.produce_attempt(state, cycle=state.cycle, charge=False))
