@@ -159,15 +159,13 @@ def fork_settings(cfg: DictConfig) -> tuple[str | None, str | None]:
 
 def recorded_settings(run_path: Path) -> DictConfig | None:
     """The settings a run's journal says are in effect at its end (first segment + recorded changes)."""
-    from ksearch.store import read_journal
+    from ksearch.store import records as R
 
-    records, _ = read_journal(run_path / "journal.jsonl")
+    records, _ = R.read_records(run_path / "journal.jsonl")
     cfg = None
     for r in records:
-        if r.get("kind") == "run_start" and r.get("config"):
-            cfg = r["config"]
-        elif r.get("kind") == "config":
-            cfg = r["config"]
+        if isinstance(r, (R.RunStart, R.ConfigChange)) and r.config:
+            cfg = r.config
     return OmegaConf.merge(OmegaConf.structured(Config), cfg) if cfg else None  # type: ignore[return-value]
 
 
@@ -216,7 +214,7 @@ def execute(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = Non
 
 
 def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None):
-    from ksearch.eval.evaluator import Evaluator
+    from ksearch.eval.pool import build_pool
     from ksearch.llm import build_model
     from ksearch.planner.search import Search, frozen_changes, settings_diff
     from ksearch.store import Journal, RunDir
@@ -260,10 +258,17 @@ def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: A
                         **_model_settings(cfg))
     journal = Journal(run.journal_path)
     notify = progress.message if progress is not None else print
+
+    def pool() -> Any:     # local evaluators or Ray actors, one per GPU or per cycle slot (search.parallel)
+        try:
+            return build_pool(c.eval.pool, task, settings, max(1, c.search.parallel), ray_address=c.eval.ray_address)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
     if c.llm.replay and c.llm.replay_measurements:
-        evaluator: Any = RecordedEvaluator(Path(c.llm.replay), lambda: Evaluator(task, settings), notify)
+        evaluator: Any = RecordedEvaluator(Path(c.llm.replay), pool, notify)
     else:
-        evaluator = Evaluator(task, settings)
+        evaluator = pool()
     try:
         search = Search(c, task, model, evaluator, run, journal, workloads, set_name, device, progress, fork=fork)
         return search.run()

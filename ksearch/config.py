@@ -46,7 +46,7 @@ class SearchConfig:
     seed_solution: Optional[str] = None   # a kernel file (or FlashInfer-Bench Solution JSON) to evaluate first, attached to the root
     policy: str = "learned"               # learned (measured evidence + calibration) | greedy (K-Search's)
     language: str = "triton"              # what code requests ask for: triton | cuda (either is accepted)
-    parallel: int = 1                     # candidates evaluated at once
+    parallel: int = 1                     # action cycles in flight at once, on different frontier nodes
 
 
 @dataclass

@@ -8,6 +8,9 @@ recorded search is served back. Every request received is kept in `requests`.
 
     with FakeLLMServer([error(429), reply("hi")]) as srv:
         build_model("litellm", model="openai/x", api_base=srv.api_base)
+
+`delay_s` makes every answer take that long (a model's latency), and each `Received` keeps when it
+arrived and when it was answered, so a test can see requests being served side by side.
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ class Received:
     path: str
     headers: dict[str, str]
     body: dict[str, Any] | None
+    arrived: float = 0.0                    # time.monotonic() when the request came in
+    answered: float | None = None           # when the answer was sent
 
     @property
     def prompt(self) -> str:
@@ -78,7 +83,8 @@ class FakeLLMServer:
     """127.0.0.1 on a free port, in a daemon thread. Use as a context manager, or start()/stop()."""
 
     def __init__(self, steps: list[Step] | None = None, *, by_prompt: dict[str, str | list[str]] | None = None,
-                 model: str = "fake-model"):
+                 model: str = "fake-model", delay_s: float = 0.0):
+        self.delay_s = delay_s
         self.steps = list(steps or [])
         # prompt -> reply, or several replies handed out in order (the last one repeats)
         self.by_prompt = {k: list(v) if isinstance(v, list) else [v] for k, v in (by_prompt or {}).items()}
@@ -156,7 +162,7 @@ class FakeLLMServer:
             body = json.loads(raw) if raw else None
         except json.JSONDecodeError:
             body = None
-        rec = Received(h.path, {k.lower(): v for k, v in h.headers.items()}, body)
+        rec = Received(h.path, {k.lower(): v for k, v in h.headers.items()}, body, arrived=time.monotonic())
         with self._lock:
             self.requests.append(rec)
             step = self.steps.pop(0) if self.steps else None
@@ -169,8 +175,8 @@ class FakeLLMServer:
                 send(400, _error_body("fake server: the transcript is exhausted", 400))
                 return
             step = Step()
-        if step.delay_s:
-            time.sleep(step.delay_s)
+        if step.delay_s or self.delay_s:
+            time.sleep(step.delay_s or self.delay_s)
         if step.raw_body is not None:
             send(step.status, step.raw_body, step.headers)
             return
@@ -196,6 +202,17 @@ class FakeLLMServer:
                                 "finish_reason": step.finish_reason}],
                    "usage": usage}
         send(200, json.dumps(payload).encode(), step.headers)
+        rec.answered = time.monotonic()
+
+    def max_concurrent(self) -> int:
+        """The most requests that were being answered at the same moment."""
+        events = sorted([(r.arrived, 1) for r in self.requests if r.answered is not None] +
+                        [(r.answered, -1) for r in self.requests if r.answered is not None])
+        now = peak = 0
+        for _, d in events:
+            now += d
+            peak = max(peak, now)
+        return peak
 
 
 def _error_body(message: str, status: int) -> bytes:

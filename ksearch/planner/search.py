@@ -3,46 +3,42 @@
 Follows K-Search's action cycles (reference/k-search-algorithm.md section 2) with its weak points fixed:
 per-node failure counts that retire hopeless actions, a hard cap on rounds per cycle, the seed kernel
 eligible as the returned best, a difficulty cap that is never raised, a noise-aware comparison of
-measurements (a candidate replaces the best only when it is faster beyond the timing spread, near-ties
-are re-measured side by side), and a deterministic fallback when the model cannot produce a valid edit.
+measurements (planner/incumbent.py), and a deterministic fallback when the model cannot produce a valid
+edit.
 
 Every model answer and every measurement goes through the journal, so a killed run resumes exactly
-where it stopped. Settings may change between segments of a run (resume with overrides): each segment
-replays under the settings it ran with, and the change is recorded where the new segment went live.
+where it stopped. Settings may change between segments of a run (planner/settings.py). With
+`search.parallel=N` up to N cycles run side by side (planner/parallel.py); this module is the owner of
+the world model and the journal's ordered events in both modes.
 """
 
 from __future__ import annotations
 
-import json
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import jinja2
-from omegaconf import OmegaConf
-
 from ksearch.config import Config, to_plain
-from ksearch.eval.noise import compare_reports
 from ksearch.eval.report import BaselineTimes, EvalReport
 from ksearch.instantiate import CodeExtractionError, Solution, solution_from_text
-from ksearch.instantiate.language import CUDA, language_of
 from ksearch.llm.base import Model, ModelError, ModelRequest
+from ksearch.planner.budget import BudgetSpent, Spend, model_budget_reason
+from ksearch.planner.cycle import Attempt, CycleState
+from ksearch.planner.incumbent import Best, Incumbent
+from ksearch.planner.prompts import Prompts, evidence, fence, fmt, mean_latency
 from ksearch.planner.selection import calibration, choose_next, explain
+from ksearch.planner.settings import (CHANGEABLE_EVAL_KEYS, CHANGEABLE_SECTIONS, Segments, frozen_changes,  # noqa: F401
+                                      settings_diff)
 from ksearch.store import Journal, RunDir
 from ksearch.store.fork import ForkSeed, seed_record
+from ksearch.store.records import ConfigChange, ModelFailed, RunStart, parse_record
 from ksearch.task import Task, Workload
 from ksearch.world_model import AttachedSolution, EditResult, Node, WorldModel, render_compact, render_frontier
 from ksearch.world_model.fallback import fallback_edit
 from ksearch.world_model.tree import ROOT_ID
 
-_PROMPTS = jinja2.Environment(
-    loader=jinja2.ChoiceLoader([jinja2.PackageLoader("ksearch.world_model", "prompts"),
-                                jinja2.PackageLoader("ksearch.instantiate", "prompts")]),
-    undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-
-#: Settings sections that a resumed segment may change; the rest would change what recorded numbers mean.
-CHANGEABLE_SECTIONS = ("search", "llm")
-CHANGEABLE_EVAL_KEYS = ("timeout_s", "remeasure_near_ties")
+__all__ = ["Search", "SearchOutcome", "Best", "Spend", "settings_diff", "frozen_changes", "EvaluatorLike"]
 
 
 class EvaluatorLike(Protocol):
@@ -68,35 +64,6 @@ class NullProgress:
 
 
 @dataclass
-class Best:
-    score: float
-    solution_id: str
-    node_id: str
-    round_index: int
-    report: dict[str, Any]
-
-
-@dataclass
-class Spend:
-    """Model usage so far (replayed requests included: they were paid for when first asked)."""
-
-    requests: int = 0
-    cached: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
-
-    def add(self, usage: dict[str, Any]) -> None:
-        if usage.get("cached"):
-            self.cached += 1
-            return
-        self.requests += 1
-        self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-        self.completion_tokens += int(usage.get("completion_tokens") or 0)
-        self.cost_usd += float(usage.get("cost_usd") or 0.0)
-
-
-@dataclass
 class SearchOutcome:
     run_dir: Path
     rounds_used: int
@@ -109,104 +76,87 @@ class SearchOutcome:
     spend: Spend = field(default_factory=Spend)
 
 
-def settings_diff(old: Any, new: Any) -> dict[str, list[Any]]:
-    """Changed leaves between two configs, as {"a.b": [old, new]}, for the sections a segment may change."""
-    a, b = to_plain(old), to_plain(new)
-    out: dict[str, list[Any]] = {}
+@dataclass
+class CloseRequest:
+    """The close-of-cycle edit request: its pieces, so the owner can re-ask with reasons."""
 
-    def walk(x: Any, y: Any, prefix: str) -> None:
-        if isinstance(x, dict) and isinstance(y, dict):
-            for k in sorted(set(x) | set(y)):
-                walk(x.get(k), y.get(k), f"{prefix}.{k}" if prefix else k)
-        elif x != y:
-            out[prefix] = [x, y]
-
-    for section in ("task", "search", "llm", "eval"):
-        walk(a.get(section), b.get(section), section)
-    return out
-
-
-def frozen_changes(diff: dict[str, list[Any]]) -> list[str]:
-    """Keys in `diff` that a resumed segment must not change (they alter what recorded numbers mean)."""
-    bad = []
-    for key in diff:
-        section, _, rest = key.partition(".")
-        if section in CHANGEABLE_SECTIONS or (section == "eval" and rest in CHANGEABLE_EVAL_KEYS):
-            continue
-        bad.append(key)
-    return bad
-
-
-class _BudgetSpent(Exception):
-    pass
+    purpose: str
+    prompt: str
+    context: dict[str, Any]
+    text: str | None = None                # the first answer, when it was asked by the cycle's thread
+    usage: dict[str, Any] = field(default_factory=dict)
 
 
 class Search:
     def __init__(self, cfg: Config, task: Task, model: Model, evaluator: EvaluatorLike, run: RunDir,
                  journal: Journal, workloads: list[Workload], workload_set: str, device: str,
                  progress: Progress | None = None, fork: ForkSeed | None = None):
-        self.requested = cfg                  # the settings asked for now
-        self.cfg = cfg                        # the settings in effect (a replayed segment's, until live)
         self.task, self.model, self.evaluator = task, model, evaluator
         self.run_dir, self.journal, self.workloads = run, journal, workloads
         self.workload_set, self.device = workload_set, device
         self.progress = progress or NullProgress()
         self.fork = fork
         self.wm = WorldModel()
-        self.best: Best | None = None
-        self.baseline: BaselineTimes | None = None
-        self.round = 1
+        self.round = 1                             # the next round label
+        self.rounds_used = 0                       # rounds spent (labels may skip in a parallel run)
         self.evaluations = 0
+        self.cycles = 0                            # cycle ids handed out so far
         self.spend = Spend()
-        self.config_epoch = 0
         self.codes: dict[str, str] = {}            # solution_id -> code, for base kernels
-        self.hardware = "NVIDIA H200 (Hopper, sm_90a)" if device.startswith("cuda") else \
-            "an NVIDIA Hopper GPU (checked here on a CPU with the Triton interpreter)"
+        self.prompts = Prompts(task, device)
+        self._save_lock = threading.Lock()
+        self.incumbent = Incumbent(journal, run, self._remeasure)
+        self.segments = Segments(cfg, run.path, self._record_change, lambda m: self.progress.message(m))
         journal.on_info = self._replayed_info
-        journal.on_live = self._went_live
+        journal.on_live = self.segments.went_live
+
+    # ---- state views --------------------------------------------------------------------------------
+    @property
+    def cfg(self) -> Config:
+        """The settings in effect (a replayed segment's, until the live edge)."""
+        return self.segments.cfg
+
+    @property
+    def requested(self) -> Config:
+        return self.segments.requested
+
+    @property
+    def config_epoch(self) -> int:
+        return self.segments.epoch
+
+    @property
+    def best(self) -> Best | None:
+        return self.incumbent.best
+
+    @property
+    def baseline(self) -> BaselineTimes | None:
+        return self.prompts.baseline
 
     # ---- settings segments --------------------------------------------------------------------------
-    def _replayed_info(self, rec: dict[str, Any]) -> None:
-        if rec["kind"] == "config":
-            self._replayed_config(rec)
-        elif rec["kind"] == "model_failed":
-            self.spend.add(rec.get("usage") or {})
+    def _replayed_info(self, raw: dict[str, Any]) -> None:
+        rec = parse_record(raw)
+        if isinstance(rec, ConfigChange):
+            self.segments.replayed(rec.config)
+        elif isinstance(rec, ModelFailed):
+            self.spend.add(rec.usage)
 
-    def _replayed_config(self, rec: dict[str, Any]) -> None:
-        self.cfg = OmegaConf.merge(OmegaConf.structured(Config), rec["config"])  # type: ignore[assignment]
-        self.config_epoch += 1
-
-    def _went_live(self) -> None:
-        """At the live edge: if the settings asked for differ from those in effect, record and switch."""
-        diff = settings_diff(self.cfg, self.requested)
-        if not diff:
-            return
-        bad = frozen_changes(diff)
-        if bad:
-            raise ValueError(f"a resumed run cannot change {', '.join(bad)} (recorded measurements would no "
-                             f"longer compare); start a new run, or fork this one: ksearch run "
-                             f"fork.from={self.run_dir.path} fork.node=ID ...")
-        self.journal.record_info("config", config=to_plain(self.requested), changed=diff)
-        self.cfg = self.requested
-        self.config_epoch += 1
-        self.progress.message("settings changed from here on: " +
-                              ", ".join(f"{k}: {v[0]} -> {v[1]}" for k, v in diff.items()))
+    def _record_change(self, config: dict[str, Any], diff: dict[str, Any]) -> None:
+        self.journal.record_info("config", config=config, changed=diff)
 
     # ---- model calls, all through the journal -----------------------------------------------------
     def _budget_reason(self) -> str | None:
-        llm = self.cfg.llm
-        if llm.max_requests is not None and self.spend.requests >= llm.max_requests:
-            return f"model budget spent: {self.spend.requests} requests (llm.max_requests={llm.max_requests})"
-        if llm.max_cost_usd is not None and self.spend.cost_usd >= llm.max_cost_usd:
-            return (f"model budget spent: ${self.spend.cost_usd:.4f} "
-                    f"(llm.max_cost_usd={llm.max_cost_usd})")
-        return None
+        return model_budget_reason(self.cfg.llm, self.spend)
 
-    def _ask(self, req: ModelRequest) -> str:
+    def _ask(self, req: ModelRequest, cycle: int | None = None) -> str:
         reason = self._budget_reason()
         if reason:
-            raise _BudgetSpent(reason)
+            raise BudgetSpent(reason)
+        value = self._ask_recorded(req, cycle)
+        self.spend.add(value.get("usage") or {})
+        return value["text"]
 
+    def _ask_recorded(self, req: ModelRequest, cycle: int | None) -> dict[str, Any]:
+        """The model's answer from the journal, else asked and recorded (thread-safe with `cycle`)."""
         def compute() -> dict[str, Any]:
             try:
                 reply = self.model.complete(req)
@@ -214,35 +164,31 @@ class Search:
                 # What the failed tries cost is kept (a resumed run counts it against the budget), then the
                 # run stops with the error; the request itself is asked again on resume.
                 usage = getattr(e, "usage", None) or {}
-                self.journal.record_info("model_failed", key=req.key(), purpose=req.purpose, error=str(e)[:2000],
-                                         usage=usage)
-                self.spend.add(usage)
+                self.journal.record_info("model_failed", from_cycle=cycle is not None, key=req.key(),
+                                         purpose=req.purpose, error=str(e)[:2000], usage=usage, cycle=cycle)
+                if cycle is None:
+                    self.spend.add(usage)
                 raise
             return {"text": reply.text, "model": reply.model, "usage": reply.usage}
 
-        value = self.journal.memo("model", req.key(), compute, request=req.to_json())
-        self.spend.add(value.get("usage") or {})
-        return value["text"]
-
-    def _prompt(self, name: str, **kw: Any) -> str:
-        targets = ", ".join(f"{w}: {ms:.4g} ms" for w, ms in (self.baseline.best() if self.baseline else {}).items())
-        base = {"hardware": self.hardware, "language": self.cfg.search.language, "task": self.task.name,
-                "definition": self.task.definition.render_text(),
-                "baseline": self.baseline.label if self.baseline else "the baseline", "targets": targets or "-"}
-        return _PROMPTS.get_template(name).render(**{**base, **kw})
+        return self.journal.memo("model", req.key(), compute, cycle=cycle, request=req.to_json())
 
     def _edit(self, purpose: str, prompt: str, context: dict[str, Any], max_new_nodes: int,
-              node_id: str | None = None) -> EditResult:
+              node_id: str | None = None, first_text: str | None = None, cycle: int | None = None) -> EditResult:
         """Ask for an edit script; invalid scripts change nothing and are re-asked with the reasons, then a
-        deterministic fallback edit is applied (and recorded as such)."""
+        deterministic fallback edit is applied (and recorded as such). `first_text`: the first answer,
+        already asked by a cycle's thread."""
         errors: list[str] = []
         result = EditResult(ok=False, errors=["not asked"])
-        for _ in range(1 + self.cfg.llm.edit_retries):
-            spent = self._budget_reason()
-            if spent:
-                return EditResult(ok=False, errors=[spent])
-            req = ModelRequest("init" if purpose == "init" else "edit", purpose, prompt, context, list(errors))
-            text = self._ask(req)
+        for i in range(1 + self.cfg.llm.edit_retries):
+            if first_text is not None and i == 0:
+                text = first_text
+            else:
+                spent = self._budget_reason()
+                if spent:
+                    return EditResult(ok=False, errors=[spent])
+                req = ModelRequest("init" if purpose == "init" else "edit", purpose, prompt, context, list(errors))
+                text = self._ask(req, cycle)
             result = self.wm.apply_text(text, round_index=self.round, max_new_nodes=max_new_nodes)
             self.journal.event("edit", check={"purpose": purpose, "ok": result.ok}, errors=result.errors,
                                new_nodes=result.new_node_ids, changed=result.changed_node_ids)
@@ -266,16 +212,18 @@ class Search:
         self.run_dir.write_tree(tree)
 
     # ---- evaluation -------------------------------------------------------------------------------
-    def _evaluate(self, solution: Solution, node_id: str, attempt: int, round_index: int) -> EvalReport:
-        self.run_dir.save_solution(solution)
+    def _evaluate(self, solution: Solution, node_id: str, attempt: int, round_index: int,
+                  cycle: int | None = None) -> EvalReport:
+        """Measure a kernel (recorded; in a cycle's thread when `cycle` is given). Counted by the owner."""
+        with self._save_lock:              # cycles side by side may store the same kernel
+            self.run_dir.save_solution(solution)
         sid = solution.solution_id
 
         def compute() -> dict[str, Any]:
             return self.evaluator.evaluate(solution.main_source, sid, self.workloads, self.baseline).to_json()
 
-        value = self.journal.memo("evaluation", f"{sid}@{round_index}", compute, round=round_index,
-                                  node_id=node_id, attempt=attempt, solution_id=sid)
-        self.evaluations += 1
+        meta: dict[str, Any] = dict(round=round_index, node_id=node_id, attempt=attempt, solution_id=sid)
+        value = self.journal.memo("evaluation", f"{sid}@{round_index}", compute, cycle=cycle, **meta)
         return EvalReport.from_json(value)
 
     def _remeasure(self, sids: list[str], round_index: int) -> list[EvalReport]:
@@ -291,42 +239,15 @@ class Search:
         return [EvalReport.from_json(r) for r in value["reports"]]
 
     def _consider_best(self, report: EvalReport, solution_id: str, node_id: str, round_index: int) -> None:
-        """A new global best only when it is faster beyond the noise; near-ties are re-measured together."""
-        if not report.passed or report.score is None:
-            return
-        basis = "first passing kernel"
-        if self.best is not None:
-            incumbent = EvalReport.from_json(self.best.report)
-            margin = self.cfg.search.improvement_margin
-            verdict = compare_reports(report, incumbent, margin)
-            basis = f"{verdict} on first measurement"
-            if verdict == "tie" and report.score > self.best.score and self.cfg.eval.remeasure_near_ties \
-                    and self.best.solution_id in self.codes and solution_id != self.best.solution_id:
-                inc2, new2 = self._remeasure([self.best.solution_id, solution_id], round_index)
-                if inc2.passed and new2.passed and inc2.score is not None and new2.score is not None:
-                    verdict = compare_reports(new2, inc2, margin)
-                    basis = f"{verdict} when re-measured side by side ({new2.score:.4g} vs {inc2.score:.4g})"
-                    if verdict == "better":
-                        report = new2
-                else:
-                    verdict, basis = "worse", "failed when re-measured: " + (new2.summary() if not new2.passed
-                                                                             else inc2.summary())
-            if verdict != "better":
-                self.journal.event("not_best", check={"solution_id": solution_id}, score=report.score,
-                                   incumbent=self.best.solution_id, basis=basis)
-                return
-        assert report.score is not None
-        self.best = Best(report.score, solution_id, node_id, round_index, report.to_json())
-        self.journal.event("best", check={"solution_id": solution_id}, score=report.score, node_id=node_id,
-                           round=round_index, basis=basis)
-        self.run_dir.write_best(self.run_dir.load_solution(solution_id), report.to_json(), node_id)
+        self.incumbent.consider(report, solution_id, node_id, round_index,
+                                margin=self.cfg.search.improvement_margin,
+                                remeasure_ties=self.cfg.eval.remeasure_near_ties, have_code=self.codes.__contains__)
 
     # ---- set-up ---------------------------------------------------------------------------------------
     def _setup(self) -> None:
-        first = self.journal.recorded[0] if self.journal.recorded else None
-        if first is not None and first.get("kind") == "run_start" and first.get("config"):
-            self._replayed_config({"config": first["config"]})   # replay the first segment as it ran
-            self.config_epoch = 0
+        first = parse_record(self.journal.recorded[0]) if self.journal.recorded else None
+        if isinstance(first, RunStart) and first.config:
+            self.segments.replay_first(first.config)   # replay the first segment as it ran
         self.journal.event("run_start", check={"task": self.task.name, "workload_set": self.workload_set,
                                                "device": self.device},
                            workloads=[w.to_json() for w in self.workloads], model=self.model.name,
@@ -335,13 +256,13 @@ class Search:
             self.progress.message(f"the journal's last line was torn ({self.journal.dropped_bytes} bytes, a crash "
                                   f"while writing) and was dropped; that step is redone")
         key = f"{self.device}:{self.workload_set}:{self.cfg.run.seed}"
-        self.baseline = BaselineTimes.from_json(self.journal.memo(
+        self.prompts.baseline = BaselineTimes.from_json(self.journal.memo(
             "baseline", key, lambda: self.evaluator.measure_baselines(self.workloads).to_json()))
         self.progress.message(f"baseline: {self.baseline.label}")
         if self.fork is not None:
             self._start_from_fork(self.fork)
         else:
-            prompt = self._prompt("init.j2", min_families=2, max_new_nodes=8)
+            prompt = self.prompts.render("init.j2", self.cfg.search.language, min_families=2, max_new_nodes=8)
             res = self._edit("init", prompt, {"task": self.task.name}, max_new_nodes=8)
             if not res.ok:
                 raise RuntimeError(f"the model could not build an initial world model: {res.errors}")
@@ -367,9 +288,10 @@ class Search:
                 report = EvalReport.from_json(seed.reports[sid])
             else:
                 report = self._evaluate(self.run_dir.load_solution(sid), node.node_id, 0, 0)
+                self.evaluations += 1
                 old = node.solution
                 self.wm.attach_solution(node.node_id, AttachedSolution(
-                    sid, old.parent_solution_id, 0, report.status, report.score, _mean_latency(report)))
+                    sid, old.parent_solution_id, 0, report.status, report.score, mean_latency(report)))
             self._consider_best(report, sid, node.node_id, 0)
         self.progress.message(f"forked from {seed.source} at node {seed.node_id} "
                               f"({'measurements carried over' if comparable else 'kernels re-measured'})")
@@ -377,11 +299,13 @@ class Search:
     def _seed(self, path: Path) -> None:
         if not path.is_file():
             raise FileNotFoundError(f"search.seed_solution={path} does not exist")
-        sol = solution_from_text(self.task.name, path.read_text(), name=f"seed:{path.name}", author="user", description="")
+        sol = solution_from_text(self.task.name, path.read_text(), name=f"seed:{path.name}", author="user",
+                                 description="")
         report = self._evaluate(sol, ROOT_ID, 0, 0)
+        self.evaluations += 1
         self.codes[sol.solution_id] = sol.main_source
         self.wm.attach_solution(ROOT_ID, AttachedSolution(sol.solution_id, None, 0, report.status, report.score,
-                                                          _mean_latency(report)))
+                                                          mean_latency(report)))
         self._consider_best(report, sol.solution_id, ROOT_ID, 0)
 
     # ---- the loop -----------------------------------------------------------------------------------
@@ -390,7 +314,7 @@ class Search:
         while True:
             try:
                 stop = self._loop()
-            except _BudgetSpent as e:
+            except BudgetSpent as e:
                 stop = str(e)
             epoch_at_stop = self.config_epoch
             self.journal.event("run_end", check={"stop": stop}, evaluations=self.evaluations,
@@ -401,33 +325,66 @@ class Search:
             if self.config_epoch == epoch_at_stop:
                 break
             self.progress.message("continuing under the new settings")
-        cfg = self.cfg.search
-        return SearchOutcome(self.run_dir.path, min(self.round - 1, cfg.max_rounds), self.evaluations, stop,
-                             self.best, self.baseline.label if self.baseline else "", self.device, self.wm,
-                             self.spend)
+        rounds_used = min(self.rounds_used, self.cfg.search.max_rounds)
+        return SearchOutcome(self.run_dir.path, rounds_used, self.evaluations, stop, self.best,
+                             self.baseline.label if self.baseline else "", self.device, self.wm, self.spend)
 
     def _loop(self) -> str:
+        """Serial cycles, or cycles side by side when search.parallel > 1 (re-read as settings change)."""
         while True:
-            cfg = self.cfg.search
-            if self.round > cfg.max_rounds:
-                return "round budget used"
-            reason = self._budget_reason()
-            if reason:
-                return reason
-            self._maintain()
-            node = choose_next(self.wm, cfg.max_difficulty, cfg.explore_weight, policy=cfg.policy)
-            if node is None:
-                return (f"no executable action at difficulty <= {cfg.max_difficulty} "
-                        f"(the world model has nothing left to try)")
-            why = explain(self.wm, node, policy=cfg.policy, explore_weight=cfg.explore_weight)
-            self.journal.event("select", check={"node_id": node.node_id, "round": self.round},
-                               title=node.action.title if node.action else "", policy=cfg.policy, why=why)
-            self.round += self._cycle(node)
+            if self.cfg.search.parallel > 1:
+                from ksearch.planner.parallel import ParallelLoop
 
-    def _maintain(self) -> None:
-        """Ask for new actions when the frontier is empty or the best kernel has no open follow-up."""
+                stop = ParallelLoop(self).run()
+                if stop is not None:
+                    return stop
+                continue                       # settings went back to one cycle at a time
+            stop = self._serial_step()
+            if stop is not None:
+                return stop
+
+    def stop_reason(self) -> str | None:
+        """Why no further cycle may start (round or model budget), or None."""
+        if self.round > self.cfg.search.max_rounds:
+            return "round budget used"
+        return self._budget_reason()
+
+    def no_action_reason(self) -> str:
+        return (f"no executable action at difficulty <= {self.cfg.search.max_difficulty} "
+                f"(the world model has nothing left to try)")
+
+    def _serial_step(self) -> str | None:
+        """One cycle, the way K-Search runs them: select, attempts, close. Returns a stop reason or None."""
         cfg = self.cfg.search
-        frontier = [n for n in self.wm.frontier() if n.action and n.action.difficulty <= cfg.max_difficulty]
+        reason = self.stop_reason()
+        if reason:
+            return reason
+        self.maintain()
+        node = self.select()
+        if node is None:
+            return self.no_action_reason()
+        state = self.start_cycle(node, self.round, cfg.max_rounds_per_cycle)
+        while state.k < self.cfg.search.max_rounds_per_cycle and self.round + state.k <= self.cfg.search.max_rounds:
+            if self._budget_reason():
+                break
+            self.progress.round_started(state.next_round, self.cfg.search.max_rounds, node, state.k + 1, state.mode)
+            attempt = self.produce_attempt(state, cycle=state.cycle, charge=True)
+            self.apply_attempt(state, attempt)
+            state.record(attempt)
+            if state.stagnated():
+                break
+        self.close_cycle(state, None)
+        self.round += max(1, state.k)
+        self.rounds_used += max(1, state.k)
+        return None
+
+    # ---- pieces shared by the serial and the parallel loop -------------------------------------------
+    def maintain(self, busy: frozenset[str] = frozenset()) -> None:
+        """Ask for new actions when the frontier (less nodes in flight) is empty or the best kernel has no
+        open follow-up."""
+        cfg = self.cfg.search
+        frontier = [n for n in self.wm.frontier() if n.action and n.action.difficulty <= cfg.max_difficulty
+                    and n.node_id not in busy]
         best_node = self.wm.best_closed()
         best_has_child = best_node is None or any(c.is_open_action for c in self.wm.children(best_node.node_id))
         if frontier and best_has_child:
@@ -436,144 +393,134 @@ class Search:
                    "best_node_id": best_node.node_id if best_node else None,
                    "best_code": self.codes.get(best_node.solution.solution_id) if best_node and best_node.solution else None,
                    "best_score": self.best.score if self.best else None}
-        prompt = self._prompt("propose.j2", world_model=render_compact(self.wm), frontier=render_frontier(self.wm),
-                              max_new_nodes=cfg.max_new_nodes, best_node_id=context["best_node_id"],
-                              best_score=_fmt(context["best_score"]))
+        prompt = self.prompts.render("propose.j2", cfg.language, world_model=render_compact(self.wm),
+                                     frontier=render_frontier(self.wm), max_new_nodes=cfg.max_new_nodes,
+                                     best_node_id=context["best_node_id"], best_score=fmt(context["best_score"]))
         if self._edit("propose", prompt, context, cfg.max_new_nodes, node_id=context["best_node_id"]).ok:
             self._snapshot()
 
-    def _code_request(self, node: Node, mode: str, attempt: int, base_code: str | None, base_score: float | None,
-                      cycle_codes: list[str], cycle_best: tuple[str, EvalReport] | None,
-                      last: EvalReport | None) -> ModelRequest:
-        a = node.action
-        assert a is not None
-        action_text = f"[{node.node_id}] {a.title}: {a.description} (why: {a.rationale})"
-        current = cycle_codes[-1] if cycle_codes else ""
-        best_code = cycle_best[0] if cycle_best else ""
-        prompt = self._prompt(
-            "code.j2", entry="run",
-            signature=", ".join(self.task.definition.input_names),
-            outputs=" and ".join(self.task.definition.output_names), mode=mode, action=action_text,
-            base_code=base_code, base_score=_fmt(base_score), base_fence=_fence(base_code),
-            current_code=current, current_fence=_fence(current), last_result=last.summary() if last else "",
-            cycle_best_code=best_code, cycle_best_fence=_fence(best_code),
-            cycle_best_score=_fmt(cycle_best[1].score if cycle_best else None))
-        context = {"task": self.task.name, "node_id": node.node_id, "action_params": a.params, "mode": mode,
-                   "attempt": attempt, "base_code": base_code, "cycle_codes": cycle_codes,
-                   "cycle_best_code": cycle_best[0] if cycle_best else None}
-        return ModelRequest("code", mode, prompt, context)
+    def select(self, busy: frozenset[str] = frozenset()) -> Node | None:
+        """The next frontier node (never one a cycle in flight works on); its selection is journaled."""
+        cfg = self.cfg.search
+        node = choose_next(self.wm, cfg.max_difficulty, cfg.explore_weight, policy=cfg.policy, exclude=busy)
+        if node is None:
+            return None
+        why = explain(self.wm, node, policy=cfg.policy, explore_weight=cfg.explore_weight)
+        self.cycles += 1
+        self.journal.event("select", check={"node_id": node.node_id, "round": self.round},
+                           title=node.action.title if node.action else "", policy=cfg.policy, why=why,
+                           cycle=self.cycles)
+        return node
 
-    def _cycle(self, node: Node) -> int:
-        """Run one action cycle on `node`; returns the rounds it used (at least 1)."""
+    def start_cycle(self, node: Node, first_round: int, max_attempts: int) -> CycleState:
         parent = self.wm.base_of(node.node_id)     # through split steps to the kernel this builds on
         base_sid = parent.solution.solution_id if parent.solution else None
-        base_code = self.codes.get(base_sid) if base_sid else None
-        base_score = parent.solution.score if parent.solution else None
-        cycle_best: tuple[str, EvalReport] | None = None
-        cycle_best_sid: str | None = None
-        cycle_codes: list[str] = []
-        last: EvalReport | None = None
-        streak = 0
-        k = 0
-        while k < self.cfg.search.max_rounds_per_cycle and self.round + k <= self.cfg.search.max_rounds:
-            if self._budget_reason():
-                break
-            attempt, r = k + 1, self.round + k
-            mode = "action" if attempt == 1 else ("improve" if cycle_best else "debug")
-            self.progress.round_started(r, self.cfg.search.max_rounds, node, attempt, mode)
-            req = self._code_request(node, mode, attempt, base_code, base_score, cycle_codes, cycle_best, last)
-            text = self._ask(req)
-            sid: str | None = None
-            try:
-                sol = solution_from_text(self.task.name, text, author=self.model.name,
-                                                name=f"{self.task.name}_r{r}_{node.node_id}",
-                                                description=node.action.title if node.action else "")
-            except CodeExtractionError as e:
-                # Garbage from the model costs the round but nothing else; the reason goes to the next attempt.
-                report = EvalReport("", "COMPILE_ERROR", self.device, log=str(e))
-                self.journal.event("bad_code", check={"round": r}, error=str(e))
-            else:
-                sid = sol.solution_id
-                self.codes[sid] = sol.main_source
-                cycle_codes.append(sol.main_source)
-                report = self._evaluate(sol, node.node_id, attempt, r)
-                self._consider_best(report, sid, node.node_id, r)
-            self.wm.record_attempt(node.node_id)
-            self.progress.attempt_done(r, report, self.best.score if self.best else None)
-            last = report
-            k += 1
-            improved = report.passed and report.score is not None and sid is not None and (
-                cycle_best is None or
-                compare_reports(report, cycle_best[1], self.cfg.search.improvement_margin) == "better")
-            if improved:
-                assert sid is not None
-                cycle_best, cycle_best_sid, streak = (self.codes[sid], report), sid, 0
-            else:
-                streak += 1
-            if streak >= self.cfg.search.stagnation_window:
-                break
-        self._close_cycle(node, base_sid, base_score, cycle_best, cycle_best_sid, last, k)
-        return max(1, k)
-
-    def _close_cycle(self, node: Node, base_sid: str | None, base_score: float | None,
-                     cycle_best: tuple[str, EvalReport] | None, cycle_best_sid: str | None,
-                     last: EvalReport | None, rounds: int) -> None:
         cfg = self.cfg.search
+        return CycleState(self.cycles, node, first_round, max_attempts, cfg.stagnation_window,
+                          cfg.improvement_margin, base_sid=base_sid,
+                          base_code=self.codes.get(base_sid) if base_sid else None,
+                          base_score=parent.solution.score if parent.solution else None,
+                          best_score=self.best.score if self.best else None)
+
+    def produce_attempt(self, state: CycleState, cycle: int | None, charge: bool) -> Attempt:
+        """The cycle's next attempt: ask for code, extract it, measure it. Touches no shared state but
+        the journal (and the spend, when `charge`), so a cycle's thread may run it."""
+        r, mode = state.next_round, state.mode
+        req = self.prompts.code_request(state, self.cfg.search.language)
+        if charge:
+            text = self._ask(req, cycle)
+            usage: dict[str, Any] = {}
+        else:
+            value = self._ask_recorded(req, cycle)
+            text, usage = value["text"], value.get("usage") or {}
+        node = state.node
+        try:
+            sol = solution_from_text(self.task.name, text, author=self.model.name,
+                                     name=f"{self.task.name}_r{r}_{node.node_id}",
+                                     description=node.action.title if node.action else "")
+        except CodeExtractionError as e:
+            # Garbage from the model costs the round but nothing else; the reason goes to the next attempt.
+            report = EvalReport("", "COMPILE_ERROR", self.device, log=str(e))
+            return Attempt(state.k + 1, r, mode, report, bad_error=str(e), usage=usage)
+        report = self._evaluate(sol, node.node_id, state.k + 1, r, cycle=cycle)
+        return Attempt(state.k + 1, r, mode, report, sol.solution_id, sol.main_source, usage=usage)
+
+    def apply_attempt(self, state: CycleState, a: Attempt) -> None:
+        """The owner's part of an attempt: journal it, count it, and let it compete for the best."""
+        if a.bad_error is not None:
+            self.journal.event("bad_code", check={"round": a.round}, error=a.bad_error)
+        else:
+            assert a.solution_id is not None and a.code is not None
+            self.codes[a.solution_id] = a.code
+            self.evaluations += 1
+            self._consider_best(a.report, a.solution_id, state.node.node_id, a.round)
+        self.wm.record_attempt(state.node.node_id)
+        self.progress.attempt_done(a.round, a.report, self.best.score if self.best else None)
+
+    def close_request_from_tree(self, state: CycleState, wm: WorldModel, best_score: float | None) -> CloseRequest:
+        """Close the cycle on `wm` (attach its best kernel, or count its failure) and render the request
+        that asks the model to refine the tree (after a success) or to mark the step harder."""
+        cfg = self.cfg.search
+        node = wm.node(state.node.node_id)
         context: dict[str, Any] = {"task": self.task.name, "node_id": node.node_id,
-                                   "best_score": self.best.score if self.best else None,
-                                   "parent_score": base_score}
-        if cycle_best is not None and cycle_best_sid is not None:
-            code, report = cycle_best
-            # Closed even when slower than its parent: multi-step plans may get slower before faster.
-            self.wm.attach_solution(node.node_id, AttachedSolution(
-                cycle_best_sid, base_sid, self.round + max(rounds, 1) - 1, report.status, report.score,
-                _mean_latency(report)))
-            self.journal.event("attach", check={"node_id": node.node_id, "solution_id": cycle_best_sid},
-                               score=report.score, parent_score=base_score,
-                               predicted=node.action.expected_speedup if node.action else None)
+                                   "best_score": best_score, "parent_score": state.base_score}
+        if state.passed:
+            assert state.best is not None
+            code, report = state.best
             context.update(score=report.score, node_code=code)
-            cal = calibration(self.wm)
+            cal = calibration(wm)
             predicted = node.action.expected_speedup if node.action else None
             purpose, template = "after_success", "refine.j2"
-            kw = dict(evidence=_evidence(report), code=code, fence=_fence(code),
-                      parent_score=_fmt(base_score if base_score is not None else 1.0),
-                      predicted=_fmt(predicted), calibration=_fmt(cal.factor) if cal.n else "")
+            kw = dict(evidence=evidence(report), code=code, fence=fence(code),
+                      parent_score=fmt(state.base_score if state.base_score is not None else 1.0),
+                      predicted=fmt(predicted), calibration=fmt(cal.factor) if cal.n else "")
         else:
-            retired = self.wm.record_failed_cycle(node.node_id, cfg.max_failed_cycles)
-            self.journal.event("cycle_failed", check={"node_id": node.node_id}, retired=retired,
-                               status=last.status if last else None)
+            last = state.last
             code = self.codes.get(last.solution_id, "") if last else ""
-            evidence = last.summary() if last else "no attempt"
-            context.update(failure=evidence)
+            if last is not None and not code:
+                code = next((a.code for a in state.attempts if a.solution_id == last.solution_id and a.code), "")
+            ev = last.summary() if last else "no attempt"
+            context.update(failure=ev)
             purpose, template = "after_failure", "too_hard.j2"
-            kw = dict(evidence=evidence, code=code, fence=_fence(code), attempts=rounds,
+            kw = dict(evidence=ev, code=code, fence=fence(code), attempts=state.k,
                       failed_cycles=node.failed_cycles, max_failed_cycles=cfg.max_failed_cycles)
         # the tree as it stands after closing the node or counting its failure
-        context["world_model"] = self.wm.to_json()
-        common = dict(world_model=render_compact(self.wm), frontier=render_frontier(self.wm), node_id=node.node_id,
+        context["world_model"] = wm.to_json()
+        common = dict(world_model=render_compact(wm), frontier=render_frontier(wm), node_id=node.node_id,
                       action_title=node.action.title if node.action else "", max_new_nodes=cfg.max_new_nodes)
-        if self._budget_reason():
+        prompt = self.prompts.render(template, cfg.language, **common, **kw)
+        return CloseRequest(purpose, prompt, context)
+
+    def mark_closed(self, state: CycleState, wm: WorldModel) -> bool:
+        """Attach the cycle's best kernel to its node (closed even when slower than its parent: multi-step
+        plans may get slower before faster), or count a failed cycle. Returns whether the node retired."""
+        node = state.node
+        if state.passed:
+            assert state.best is not None and state.best_sid is not None
+            report = state.best[1]
+            wm.attach_solution(node.node_id, AttachedSolution(
+                state.best_sid, state.base_sid, state.first_round + max(state.k, 1) - 1, report.status,
+                report.score, mean_latency(report)))
+            return False
+        return wm.record_failed_cycle(node.node_id, self.cfg.search.max_failed_cycles)
+
+    def close_cycle(self, state: CycleState, request: CloseRequest | None) -> None:
+        """The owner closes the cycle on the real tree: journal, then the refine / too-hard edit."""
+        node = state.node
+        retired = self.mark_closed(state, self.wm)
+        if state.passed:
+            assert state.best is not None
+            self.journal.event("attach", check={"node_id": node.node_id, "solution_id": state.best_sid},
+                               score=state.best[1].score, parent_score=state.base_score,
+                               predicted=node.action.expected_speedup if node.action else None)
+        else:
+            self.journal.event("cycle_failed", check={"node_id": node.node_id}, retired=retired,
+                               status=state.last.status if state.last else None)
+        if request is None:                    # the serial loop renders it now, from the closed tree
+            request = self.close_request_from_tree(state, self.wm, self.best.score if self.best else None)
+        if request.text is None and self._budget_reason():
             self._snapshot()
             return
-        prompt = self._prompt(template, **common, **kw)
-        self._edit(purpose, prompt, context, cfg.max_new_nodes, node_id=node.node_id)
+        self._edit(request.purpose, request.prompt, request.context, self.cfg.search.max_new_nodes,
+                   node_id=node.node_id, first_text=request.text, cycle=state.cycle if request.text else None)
         self._snapshot()
-
-
-def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4g}"
-
-
-def _fence(code: str | None) -> str:
-    return "cuda" if code and language_of(code) == CUDA else "python"
-
-
-def _mean_latency(report: EvalReport) -> float | None:
-    lat = [w.latency_ms for w in report.workloads if w.latency_ms is not None]
-    return sum(lat) / len(lat) if lat and report.passed else None
-
-
-def _evidence(report: EvalReport) -> str:
-    per = {w.workload: w.latency_ms for w in report.workloads}
-    return json.dumps({"status": report.status, "score": report.score, "score_name": report.score_name,
-                       "baseline": report.baseline, "latency_ms": per, "speedups": report.speedups})

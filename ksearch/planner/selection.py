@@ -26,9 +26,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import networkx as nx
-
-from ksearch.world_model import Node, WorldModel
+from ksearch.world_model import Node, WorldModel, facts
+from ksearch.world_model.facts import BASELINE_SCORE, best_score, family_of as _family_of, family_visits
 
 POLICIES = ("learned", "greedy")
 
@@ -43,30 +42,12 @@ CALIBRATION_PRIOR_N = 2.0
 #: One wild measurement (a broken timer, a tiny workload) must not dominate the calibration.
 RATIO_CLIP = (0.1, 10.0)
 FACTOR_CLIP = (0.25, 4.0)
-#: The score of the root's "kernel": scores are speedups over the baseline, so the baseline is 1.0.
-BASELINE_SCORE = 1.0
 
 
-# ---- measured facts about the tree --------------------------------------------------------------------
-def _score(node: Node) -> float | None:
-    s = node.solution.score if node.solution is not None else None
-    return float(s) if isinstance(s, (int, float)) and math.isfinite(s) and s > 0 else None
-
-
+# ---- measured facts about the tree: owned by ksearch.world_model.facts ---------------------------------
 def parent_score(wm: WorldModel, node: Node) -> float:
-    """Score of the kernel `node` starts from: its base's (parent, through structural nodes) measured
-    score, the baseline's 1.0 for a depth-1 step. Predictions are made against this number."""
-    base = wm.base_of(node.node_id)
-    if base.is_root:
-        return BASELINE_SCORE
-    s = _score(base)
-    return s if s is not None else BASELINE_SCORE
-
-
-def best_score(wm: WorldModel) -> float | None:
-    """The best measured score in the tree (a seeded root included), or None before any measurement."""
-    scores = [s for s in (_score(n) for n in wm.closed_nodes()) if s is not None]
-    return max(scores) if scores else None
+    """Score of the kernel `node` starts from, the baseline's 1.0 standing in for an unmeasured base."""
+    return facts.parent_score_or_baseline(wm, node)
 
 
 @dataclass(frozen=True)
@@ -101,13 +82,9 @@ def calibration(wm: WorldModel) -> Calibration:
     for n in sorted(wm.closed_nodes(), key=lambda x: x.node_id):
         if n.is_root or n.solution is None:
             continue
-        predicted = n.solution.predicted_speedup
-        if predicted is None and n.action is not None:
-            predicted = n.action.expected_speedup       # a tree from before predictions were frozen
-        score = _score(n)
-        if predicted is None or score is None or not math.isfinite(predicted) or predicted <= 0:
-            continue
-        measured = score / parent_score(wm, n)
+        predicted, measured = facts.predicted_speedup(n), facts.measured_speedup(wm, n)
+        if predicted is None or measured is None:
+            continue        # no prediction, or the node or its base is unmeasured: nothing to calibrate
         ratio = min(max(measured / predicted, RATIO_CLIP[0]), RATIO_CLIP[1])
         pairs.append(CalibrationPair(n.node_id, wm.base_of(n.node_id).node_id, float(predicted), measured, ratio))
     if not pairs:
@@ -119,20 +96,8 @@ def calibration(wm: WorldModel) -> Calibration:
 
 
 def family_of(wm: WorldModel, node: Node) -> Node | None:
-    """The node's kernel family: the first node below the root on its path that is not structural."""
-    for n in wm.path(node.node_id)[1:]:
-        if not wm.is_structural(n):
-            return n
-    return None
-
-
-def family_visits(wm: WorldModel, node: Node) -> int:
-    """Nodes tried so far (at least one attempt) in the subtree of the node's family."""
-    fam = family_of(wm, node)
-    if fam is None:
-        return 0
-    ids = nx.descendants(wm.graph, fam.node_id) | {fam.node_id}
-    return sum(1 for i in ids if wm.node(i).attempts > 0)
+    """The node's kernel family (see ksearch.world_model.facts)."""
+    return _family_of(wm, node)
 
 
 # ---- the priority -------------------------------------------------------------------------------------
@@ -226,15 +191,16 @@ def priority(wm: WorldModel, node: Node, explore_weight: float = 0.0, policy: st
 
 
 def choose_next(wm: WorldModel, max_difficulty: int, explore_weight: float = 0.0,
-                policy: str = "learned") -> Node | None:
+                policy: str = "learned", exclude: frozenset[str] | set[str] = frozenset()) -> Node | None:
     """The frontier action to run next, or None when nothing on the frontier is within the cap.
 
     learned: total desc; greedy: action.score desc; then difficulty asc, rating desc, node_id asc.
     The difficulty cap is the user's and is never raised; if nothing is under it, nothing is selected
-    and the search ends, saying why.
+    and the search ends, saying why. Nodes in `exclude` (a parallel run's cycles in flight) are skipped.
     """
     _check(policy, explore_weight)
-    candidates = [n for n in wm.frontier() if n.action is not None and n.action.difficulty <= max_difficulty]
+    candidates = [n for n in wm.frontier() if n.action is not None and n.action.difficulty <= max_difficulty
+                  and n.node_id not in exclude]
     if not candidates:
         return None
     if policy == "greedy":

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ksearch.instantiate.solution import Solution
-from ksearch.store.journal import read_journal
+from ksearch.store import records as R
 from ksearch.world_model import WorldModel
 
 
@@ -36,12 +36,12 @@ class ForkSeed:
 
 def load_fork(source: Path, node_id: str | None) -> ForkSeed:
     source = Path(source)
-    records, _ = read_journal(source / "journal.jsonl")
+    records, _ = R.read_records(source / "journal.jsonl")
     if not records:
         raise ForkError(f"fork.from={source} is not a run directory with a journal; pass a directory written by "
                         f"`ksearch run`")
-    start = next((r for r in records if r.get("kind") == "run_start"), None)
-    trees = [r["tree"] for r in records if r.get("kind") == "tree"]
+    start: R.RunStart | None = next(iter(R.of_kind(records, R.RunStart)), None)
+    trees = [r.tree for r in R.of_kind(records, R.TreeSnapshot) if r.tree]
     if start is None or not trees:
         raise ForkError(f"fork.from={source}: the run never built its world model, so there is nothing to fork")
     full = WorldModel.from_json(trees[-1])
@@ -57,9 +57,9 @@ def load_fork(source: Path, node_id: str | None) -> ForkSeed:
     tree["nodes"] = [n.to_json() for n in path]
     tree["active_leaf_id"] = node_id if node_id in keep else "root"
     reports: dict[str, dict[str, Any]] = {}
-    for r in records:     # the attached kernel's own measurement: the last evaluation of that solution
-        if r.get("kind") == "evaluation" and r.get("solution_id"):
-            reports[r["solution_id"]] = r["value"]
+    for r in R.of_kind(records, R.Evaluation):   # the attached kernel's measurement: its last evaluation
+        if r.solution_id:
+            reports[r.solution_id] = r.value
     solutions = []
     for n in path:
         if n.solution is None:
@@ -70,8 +70,7 @@ def load_fork(source: Path, node_id: str | None) -> ForkSeed:
             raise ForkError(f"{source} lacks solutions/{sid}.json (the kernel of node {n.node_id}); the run "
                             f"directory is incomplete")
         solutions.append(Solution.from_json(json.loads(f.read_text())))
-    return ForkSeed(str(source), node_id, start.get("task", ""), start.get("workload_set", ""),
-                    start.get("device", ""), tree, solutions, {s.solution_id: reports[s.solution_id]
+    return ForkSeed(str(source), node_id, start.task, start.workload_set, start.device, tree, solutions, {s.solution_id: reports[s.solution_id]
                                                                for s in solutions if s.solution_id in reports})
 
 
@@ -83,12 +82,12 @@ def seed_record(seed: ForkSeed) -> dict[str, Any]:
 
 def seed_from_own_journal(run_path: Path) -> ForkSeed | None:
     """The seed a forked run started from, read back from its own journal and solution store."""
-    records, _ = read_journal(Path(run_path) / "journal.jsonl")
-    rec = next((r for r in records if r.get("kind") == "fork"), None)
-    if rec is None or "seed" not in rec:
+    records, _ = R.read_records(Path(run_path) / "journal.jsonl")
+    rec: R.Fork | None = next(iter(R.of_kind(records, R.Fork)), None)
+    if rec is None or rec.seed is None:
         return None
-    seed = rec["seed"]
+    seed = rec.seed
     sols = [Solution.from_json(json.loads((Path(run_path) / "solutions" / f"{sid}.json").read_text()))
             for sid in seed["solution_ids"]]
-    return ForkSeed(rec["from"], rec["node"], seed["task"], seed["workload_set"], seed["device"], seed["tree"],
+    return ForkSeed(rec.source, rec.node, seed["task"], seed["workload_set"], seed["device"], seed["tree"],
                     sols, seed["reports"])

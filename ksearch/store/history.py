@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import yaml
 
 from ksearch.eval.report import BaselineTimes, EvalReport, WorkloadResult
+from ksearch.store import records as R
 from ksearch.store.journal import read_journal
 from ksearch.store.lock import WriterState, probe
 
@@ -281,28 +282,23 @@ def load_history(run_dir: str | Path) -> RunHistory:
     bests: list[BestPoint] = []
     usage = ModelUsage()
     tree = baseline = stop = ended_at = None
-    for r in records:
-        kind = r.get("kind", "?")
-        by_kind.setdefault(kind, []).append(r)
-        if kind == "evaluation" and isinstance(r.get("value"), dict):
-            evaluations.append(Evaluation(r.get("seq", -1), _num(r.get("t")), int(r.get("round", 0)),
-                                          r.get("node_id", "?"), int(r.get("attempt", 0)),
-                                          r.get("solution_id") or r["value"].get("solution_id", ""),
-                                          report_from_json(r["value"])))
-        elif kind == "best" and r.get("score") is not None:
-            bests.append(BestPoint(r.get("seq", -1), _num(r.get("t")), int(r.get("round", 0)), float(r["score"]),
-                                   r.get("node_id", "?"), r.get("solution_id", "")))
-        elif kind == "model":
-            value = r.get("value") or {}
-            usage.add(str(value.get("model") or "?"), str((r.get("request") or {}).get("purpose") or "?"),
-                      value.get("usage") or {})
-        elif kind == "tree" and isinstance(r.get("tree"), dict):
-            tree = r["tree"]
-        elif kind == "baseline" and isinstance(r.get("value"), dict):
-            baseline = _baseline_from_json(r["value"])
-        elif kind == "run_end":
-            stop, ended_at = str(r.get("stop") or "ended"), r.get("t")
-        if kind not in ("run_end", "tree") and stop is not None:
+    for raw in records:
+        r = R.parse_record(raw)
+        by_kind.setdefault(r.kind, []).append(raw)
+        if isinstance(r, R.Evaluation) and r.value:
+            evaluations.append(Evaluation(r.seq, _num(r.t), r.round, r.node_id, r.attempt,
+                                          r.solution_id or r.value.get("solution_id", ""), report_from_json(r.value)))
+        elif isinstance(r, R.BestRecord) and r.score is not None:
+            bests.append(BestPoint(r.seq, _num(r.t), r.round, r.score, r.node_id, r.solution_id))
+        elif isinstance(r, R.ModelCall):
+            usage.add(str(r.value.get("model") or "?"), r.purpose, r.usage)
+        elif isinstance(r, R.TreeSnapshot) and r.tree:
+            tree = r.tree
+        elif isinstance(r, R.Baseline) and r.value:
+            baseline = _baseline_from_json(r.value)
+        elif isinstance(r, R.RunEnd):
+            stop, ended_at = str(r.stop or "ended"), r.t
+        if r.kind not in ("run_end", "tree") and stop is not None:
             stop = ended_at = None      # a resume went on after this end (e.g. a larger budget): not ended
     times = [r["t"] for r in records if isinstance(r.get("t"), (int, float))]
     return RunHistory(run_dir, config, records, by_kind, evaluations, bests, usage, tree, baseline, stop,

@@ -10,13 +10,21 @@ Settings may change between segments of a run (`ksearch resume RUN_DIR search.ma
 change is recorded as a "config" record at the point where the new segment went live. Replay hands
 those records to `on_info` when it reaches them, so every segment is replayed under the settings it
 ran with, and the live edge calls `on_live` once, where the caller records a change of settings.
+
+Parallel runs: the owner of the search writes its events in a deterministic order (matched in order on
+replay, as above), while the work of an action cycle (its code requests and evaluations) is recorded by
+the cycle's own thread whenever it finishes. Those records carry the cycle they belong to, and replay
+matches them by (kind, cycle, key), never by position: a resumed run finds every answer a cycle got
+before the kill, whatever the interleaving was, and asks again only what was never recorded.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+from collections import defaultdict, deque
 from pathlib import Path
 from typing import Any, Callable
 
@@ -75,6 +83,12 @@ class Journal:
             with path.open("r+b") as f:    # drop a line torn by a crash mid-write; it never took effect
                 f.truncate(good)
         self.cursor = 0
+        self._lock = threading.RLock()         # appends come from the owner and from cycle threads
+        self._seq = len(self.recorded)         # the next record's position in the file
+        self._by_cycle: dict[tuple[str, int, str], deque[dict[str, Any]]] = defaultdict(deque)
+        for rec in self.recorded:
+            if _cycle_keyed(rec):
+                self._by_cycle[(rec["kind"], int(rec["cycle"]), str(rec.get("key")))].append(rec)
         self.on_info: Callable[[dict[str, Any]], None] | None = None
         self.on_live: Callable[[], None] | None = None
         self._went_live = False
@@ -83,49 +97,64 @@ class Journal:
 
     @property
     def replaying(self) -> bool:
+        """Whether records remain that the owner must match in order (owner thread only)."""
         self._consume_config_records()
         return self.cursor < len(self.recorded)
 
     def _consume_config_records(self) -> None:
-        while self.cursor < len(self.recorded) and self.recorded[self.cursor].get("kind") in self.INFO_KINDS:
+        """Step over records that are not matched in order: informational ones (handed to `on_info`) and
+        those of a cycle's own work (matched by cycle instead, see memo)."""
+        while self.cursor < len(self.recorded):
             rec = self.recorded[self.cursor]
-            self.cursor += 1
-            if self.on_info is not None:
-                self.on_info(rec)
+            if _cycle_keyed(rec):
+                self.cursor += 1
+            elif rec.get("kind") in self.INFO_KINDS:
+                self.cursor += 1
+                if self.on_info is not None:
+                    self.on_info(rec)
+            else:
+                break
 
     def go_live(self) -> None:
         """Mark the live edge (once): `on_live` runs before anything new is written."""
-        if not self._went_live:
-            self._went_live = True
-            if self.on_live is not None:
-                self.on_live()
+        with self._lock:
+            if not self._went_live:
+                self._went_live = True
+                if self.on_live is not None:
+                    self.on_live()
 
     def close(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)
 
-    def _append(self, record: dict[str, Any]) -> None:
-        """Write one whole line, or nothing: a failed write (a full disk) is cut off before it is raised.
+    def _append(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Write one record with the next seq (seqs are the file's line numbers), whole or not at all.
 
-        Unbuffered, so nothing is left in memory to be flushed half-way later; a short write is continued.
+        Unbuffered, so nothing is left in memory to be flushed half-way later; a short write is continued,
+        and a failed one (a full disk) is cut off before it is raised. Appends come from the owner and from
+        cycle threads, so the lock orders them.
         """
-        if self._fd is None:
-            raise ValueError(f"{self.path}: the journal is closed")
-        line = (json.dumps(record, default=str, separators=(",", ":")) + "\n").encode("utf-8")
-        try:
-            rest = memoryview(line)
-            while rest:
-                rest = rest[os.write(self._fd, rest):]
-            if self.fsync:
-                os.fsync(self._fd)
-        except OSError as e:
+        with self._lock:
+            if self._fd is None:
+                raise ValueError(f"{self.path}: the journal is closed")
+            record = {"seq": self._seq, **record}
+            line = (json.dumps(record, default=str, separators=(",", ":")) + "\n").encode("utf-8")
             try:
-                os.ftruncate(self._fd, self._size)      # drop the partial line; freeing space cannot fail for lack of it
-            except OSError:
-                pass                                    # then resume drops it as a torn last line
-            raise OSError(e.errno, e.strerror, str(self.path)) from None
-        self._size += len(line)
+                rest = memoryview(line)
+                while rest:
+                    rest = rest[os.write(self._fd, rest):]
+                if self.fsync:
+                    os.fsync(self._fd)
+            except OSError as e:
+                try:
+                    os.ftruncate(self._fd, self._size)  # drop the partial line; freeing space cannot fail for lack of it
+                except OSError:
+                    pass                                # then resume drops it as a torn last line
+                raise OSError(e.errno, e.strerror, str(self.path)) from None
+            self._size += len(line)
+            self._seq += 1
+            return record
 
     def event(self, kind: str, check: dict[str, Any] | None = None, **payload: Any) -> dict[str, Any]:
         """Record a derived event; in replay, confirm it matches the journal instead of writing it."""
@@ -135,24 +164,39 @@ class Journal:
             self._expect(rec, kind, check)
             self.cursor += 1
             return rec
-        self.go_live()
-        rec = {"seq": self.cursor, "kind": kind, "t": time.time(), **check, **payload}
-        self.cursor += 1
-        self._append(rec)
-        return rec
+        with self._lock:
+            self.go_live()
+            self.cursor += 1
+            return self._append({"kind": kind, "t": time.time(), **check, **payload})
 
-    def record_info(self, kind: str, **payload: Any) -> dict[str, Any]:
-        """Append an informational record at the live edge (never matched: replay feeds it to on_info)."""
-        assert kind in self.INFO_KINDS and not self.replaying
-        self._went_live = True
-        rec = {"seq": self.cursor, "kind": kind, "t": time.time(), **payload}
-        self.cursor += 1
-        self._append(rec)
-        return rec
+    def record_info(self, kind: str, *, from_cycle: bool = False, **payload: Any) -> dict[str, Any]:
+        """Append an informational record (never matched: replay feeds it to on_info). The owner writes
+        them at the live edge; a cycle's thread (`from_cycle`) may write one whenever its work fails."""
+        assert kind in self.INFO_KINDS
+        with self._lock:
+            if not from_cycle:
+                assert not self.replaying
+                self._went_live = True
+                self.cursor += 1
+            return self._append({"kind": kind, "t": time.time(), **payload})
 
-    def memo(self, kind: str, key: str, compute: Callable[[], dict[str, Any]], **meta: Any) -> dict[str, Any]:
-        """The recorded value for this (kind, key) in replay; else compute it, record it, return it."""
+    def memo(self, kind: str, key: str, compute: Callable[[], dict[str, Any]], *, cycle: int | None = None,
+             **meta: Any) -> dict[str, Any]:
+        """The recorded value for this (kind, key) in replay; else compute it, record it, return it.
+
+        With `cycle`, the record belongs to that action cycle's work and is matched by (kind, cycle, key)
+        wherever it is in the file; it may be called from the cycle's own thread."""
         assert kind in self.MEMO_KINDS
+        if cycle is not None:
+            with self._lock:
+                queue = self._by_cycle.get((kind, int(cycle), key))
+                if queue:
+                    return queue.popleft()["value"]
+            # Not recorded: asked now. The live edge (and a change of settings) is the owner's to mark, at
+            # its next event, so a cycle's thread never consumes the owner's records.
+            value = compute()
+            self._append({"kind": kind, "t": time.time(), "key": key, "cycle": int(cycle), **meta, "value": value})
+            return value
         if self.replaying:
             rec = self.recorded[self.cursor]
             self._expect(rec, kind, {"key": key})
@@ -160,10 +204,15 @@ class Journal:
             return rec["value"]
         self.go_live()
         value = compute()
-        rec = {"seq": self.cursor, "kind": kind, "t": time.time(), "key": key, **meta, "value": value}
-        self.cursor += 1
-        self._append(rec)
+        with self._lock:
+            self.cursor += 1
+            self._append({"kind": kind, "t": time.time(), "key": key, **meta, "value": value})
         return value
+
+    def unclaimed(self, kind: str) -> list[dict[str, Any]]:
+        """Records of cycles' work that replay has not handed out (yet)."""
+        with self._lock:
+            return [r for (k, _, _), q in self._by_cycle.items() if k == kind for r in q]
 
     def _expect(self, rec: dict[str, Any], kind: str, check: dict[str, Any]) -> None:
         if rec.get("kind") != kind or any(rec.get(k) != v for k, v in check.items()):
@@ -173,3 +222,8 @@ class Journal:
                 f"{self.path}: event {self.cursor} is {got} but the resumed run produced {want}. The settings "
                 f"or the code changed how the run behaves before this point; resume with the original settings "
                 f"or start a new run.")
+
+
+def _cycle_keyed(rec: dict[str, Any]) -> bool:
+    """A record of a cycle's own work: matched by cycle on replay, not by position."""
+    return rec.get("kind") in Journal.MEMO_KINDS and rec.get("cycle") is not None

@@ -13,23 +13,23 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ksearch.eval.report import BaselineTimes, EvalReport
-from ksearch.store.journal import read_journal
+from ksearch.store import records as R
 
 
 class RecordedEvaluator:
     def __init__(self, recording: Path, live: Callable[[], Any], notify: Callable[[str], None] = print):
-        records, _ = read_journal(Path(recording) / "journal.jsonl")
+        records, _ = R.read_records(Path(recording) / "journal.jsonl")
         if not records:
             raise FileNotFoundError(f"llm.replay={recording} holds no journal to replay")
         self.source = str(recording)
-        self._baselines = [r["value"] for r in records if r.get("kind") == "baseline"]
+        self._baselines = [r.value for r in R.of_kind(records, R.Baseline)]
         self._evals: dict[str, deque[dict[str, Any]]] = defaultdict(deque)
         self._remeasures: dict[tuple[str, ...], deque[list[dict[str, Any]]]] = defaultdict(deque)
         for r in records:
-            if r.get("kind") == "evaluation" and r.get("solution_id"):
-                self._evals[r["solution_id"]].append(r["value"])
-            elif r.get("kind") == "remeasure":
-                self._remeasures[tuple(r.get("solution_ids") or ())].append(r["value"]["reports"])
+            if isinstance(r, R.Evaluation) and r.solution_id:
+                self._evals[r.solution_id].append(r.value)
+            elif isinstance(r, R.Remeasure):
+                self._remeasures[tuple(r.solution_ids)].append(r.reports)
         self._live_factory = live
         self._live: Any = None
         self._notify = notify
@@ -41,7 +41,7 @@ class RecordedEvaluator:
         self.live_measurements += 1
         return self._live
 
-    def measure_baselines(self, workloads: list[Any]) -> BaselineTimes:
+    def measure_baselines(self, workloads: list[Any], time_reference: bool = False) -> BaselineTimes:
         if self._baselines:
             return BaselineTimes.from_json(self._baselines[0])
         self._notify(f"replay: {self.source} recorded no baseline; measuring it")

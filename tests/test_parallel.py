@@ -1,0 +1,128 @@
+"""search.parallel=N: cycles side by side on different nodes, applied by one owner in cycle order.
+
+The scripted evaluator sleeps a random few milliseconds so that cycles finish in a different order from
+run to run: the decisions must not change (the owner applies cycles in cycle-id order), nothing may be
+measured twice, and a crash followed by a resume (even with another N) must lose nothing.
+"""
+
+import json
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ksearch.store import read_journal
+from tests.test_search import ScriptedEvaluator, by_block, make_search
+
+
+class JitteryEvaluator(ScriptedEvaluator):
+    """Deterministic scores, random durations, thread-safe; remembers how many ran at once."""
+
+    def __init__(self, judge, crash_at=None, seed=None):
+        super().__init__(judge, crash_at)
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+        self.running = self.peak = 0
+
+    def evaluate(self, source, solution_id, workloads, baseline):
+        with self.lock:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+            pause = self.rng.uniform(0.0, 0.05)
+        try:
+            time.sleep(pause)
+            with self.lock:
+                return super().evaluate(source, solution_id, workloads, baseline)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def parallel_search(path, judge=by_block, crash_at=None, seed=None, **over):
+    s, _, j = make_search(path, judge, **over)
+    s.evaluator = ev = JitteryEvaluator(judge, crash_at, seed)
+    return s, ev, j
+
+
+def owner_decisions(run: Path) -> list[str]:
+    """The owner's records (not the cycles' own, whose order is timing), without times."""
+    out = []
+    for r in read_journal(run / "journal.jsonl")[0]:
+        if r.get("cycle") is not None and r["kind"] in ("model", "evaluation"):
+            continue
+        ident = {k: r.get(k) for k in ("kind", "key", "node_id", "solution_id", "purpose", "ok", "round", "stop",
+                                       "cycle", "score")}
+        out.append(json.dumps(ident, sort_keys=True))
+    return out
+
+
+def cycle_work(run: Path) -> set[str]:
+    return {json.dumps([r["kind"], r["cycle"], r["key"]]) for r in read_journal(run / "journal.jsonl")[0]
+            if r.get("cycle") is not None and r["kind"] in ("model", "evaluation")}
+
+
+def check_journal(run: Path) -> list[dict]:
+    recs = read_journal(run / "journal.jsonl")[0]
+    assert [r["seq"] for r in recs] == list(range(len(recs)))          # one contiguous journal
+    evals = [r["key"] for r in recs if r["kind"] == "evaluation"]
+    assert len(evals) == len(set(evals))                                # nothing measured twice
+    return recs
+
+
+def test_cycles_run_side_by_side_on_different_nodes(tmp_path):
+    s, ev, j = parallel_search(tmp_path, max_rounds=10, parallel=3)
+    out = s.run()
+    j.close()
+    recs = check_journal(s.run_dir.path)
+    assert out.evaluations == len(ev.calls) <= 10 and out.evaluations >= 8
+    assert ev.peak >= 2                                                 # evaluations overlapped
+    selects = [r for r in recs if r["kind"] == "select"]
+    assert [r["cycle"] for r in selects] == list(range(1, len(selects) + 1))
+    # never two cycles in flight on one node: a node is selected again only after its cycle was applied
+    in_flight: dict[str, int] = {}
+    for r in recs:
+        if r["kind"] == "select":
+            assert r["node_id"] not in in_flight, r
+            in_flight[r["node_id"]] = r["cycle"]
+        elif r["kind"] in ("attach", "cycle_failed"):
+            in_flight.pop(r["node_id"])
+    scores = [r["value"]["score"] for r in recs if r["kind"] == "evaluation" and r["value"]["score"]]
+    assert out.best.score == max(scores)
+
+
+def test_decisions_do_not_depend_on_which_cycle_finishes_first(tmp_path):
+    runs = []
+    for seed in (1, 2):
+        s, ev, j = parallel_search(tmp_path / str(seed), seed=seed, max_rounds=10, parallel=3)
+        s.run()
+        j.close()
+        runs.append(s.run_dir.path)
+    assert owner_decisions(runs[0]) == owner_decisions(runs[1])
+    assert cycle_work(runs[0]) == cycle_work(runs[1])
+
+
+@pytest.mark.parametrize("resume_parallel", [3, 1, 4])
+def test_crash_then_resume_loses_nothing_and_may_change_n(tmp_path, resume_parallel):
+    full, ev_full, j = parallel_search(tmp_path / "full", max_rounds=10, parallel=3)
+    full.run()
+    j.close()
+
+    s, ev, j = parallel_search(tmp_path / "cut", crash_at=5, max_rounds=10, parallel=3)
+    with pytest.raises(KeyboardInterrupt):
+        s.run()
+    j.close()
+    first = list(ev.calls)
+    s, ev, j = parallel_search(tmp_path / "cut", max_rounds=10, parallel=resume_parallel)
+    out = s.run()
+    j.close()
+    recs = check_journal(s.run_dir.path)
+    assert not set(first) & set(ev.calls) or len(first) + len(ev.calls) == len(set(first + ev.calls))
+    if resume_parallel == 3:                 # the same settings: the same run as an uninterrupted one
+        assert owner_decisions(s.run_dir.path) == owner_decisions(full.run_dir.path)
+        assert sorted(first + ev.calls) == sorted(ev_full.calls)
+    else:                                    # the new N is recorded where it took effect
+        assert any(r["kind"] == "config" and "search.parallel" in r["changed"] for r in recs)
+    assert out.evaluations == len([r for r in recs if r["kind"] == "evaluation"]) <= 10
+    assert recs[-2]["kind"] == "run_end" or recs[-1]["kind"] == "tree"

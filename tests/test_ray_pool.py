@@ -1,0 +1,66 @@
+"""eval.pool=ray on this machine's CPU: a local Ray cluster, one actor per slot, each with an Evaluator.
+
+Slow (a Ray cluster starts and real kernels run under the Triton interpreter) but part of the default
+test run: the README's test command covers Ray on a local cluster.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ksearch.store import read_journal
+
+import ray  # noqa: E402  (a dev dependency: the README's test command covers the Ray pool)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:       # a zombie waiting for its parent to reap it is dead for our purposes
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_parallel_search_on_a_local_ray_cluster_finishes_and_leaves_nothing_running(tmp_path, monkeypatch):
+    import ksearch.eval.pool as pool_mod
+    from ksearch.app import compose_config, execute
+
+    pools = []
+    real = pool_mod.build_pool
+
+    def spy(*a, **kw):
+        p = real(*a, **kw)
+        pools.append(p)
+        return p
+
+    monkeypatch.setattr(pool_mod, "build_pool", spy)
+    run_dir = tmp_path / "run"
+    cfg = compose_config([f"run.dir={run_dir}", "run.live=false", "search.max_rounds=3", "search.parallel=2",
+                          "eval.pool=ray", "eval.device=cpu"])
+    out = execute(cfg, run_dir, fresh=True)
+    assert out.evaluations == 3 and out.best is not None
+    (p,) = pools
+    assert isinstance(p, pool_mod.RayPool) and len(p.devices) == 2
+    assert not ray.is_initialized()                      # the cluster this run started is shut down
+    assert p.pids and not [pid for pid in p.pids if _alive(pid)], "an actor or evaluator worker outlived the run"
+    recs = read_journal(run_dir / "journal.jsonl")[0]
+    assert [r["seq"] for r in recs] == list(range(len(recs)))
+    assert len({r["cycle"] for r in recs if r["kind"] == "evaluation"}) >= 2
+
+
+@pytest.mark.slow
+def test_cli_run_with_the_ray_pool(tmp_path):
+    """The acceptance command: `ksearch run search.parallel=2 eval.pool=ray` finishes on the CPU."""
+    run_dir = tmp_path / "cli"
+    done = subprocess.run([sys.executable, "-m", "ksearch.cli", "run", f"run.dir={run_dir}", "run.live=false",
+                           "search.max_rounds=2", "search.parallel=2", "eval.pool=ray"],
+                          capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert (run_dir / "best" / "report.json").is_file()
