@@ -378,6 +378,13 @@ class Search:
         self.rounds_used += max(1, state.k)
         return None
 
+    def _fork_anchor(self) -> Any:
+        """A fork grows from its node (fork.node=X expands X), until X has children of its own."""
+        if self.fork is None or self.fork.node_id not in self.wm:
+            return None
+        node = self.wm.node(self.fork.node_id)
+        return node if node.is_closed and not self.wm.children(node.node_id) else None
+
     # ---- pieces shared by the serial and the parallel loop -------------------------------------------
     def maintain(self, busy: frozenset[str] = frozenset()) -> None:
         """Ask for new actions when the frontier (less nodes in flight) is empty or the best kernel has no
@@ -385,7 +392,7 @@ class Search:
         cfg = self.cfg.search
         frontier = [n for n in self.wm.frontier() if n.action and n.action.difficulty <= cfg.max_difficulty
                     and n.node_id not in busy]
-        best_node = self.wm.best_closed()
+        best_node = self._fork_anchor() or self.wm.best_closed()
         best_has_child = best_node is None or any(c.is_open_action for c in self.wm.children(best_node.node_id))
         if frontier and best_has_child:
             return
