@@ -63,13 +63,15 @@ def summarize(name: str, report: EvalReport, baseline: BaselineTimes, traffic: d
     best = {**baseline.best(), **{w.workload: w.baseline_ms for w in report.workloads if w.baseline_ms}}
     for w in report.workloads:
         row: dict[str, Any] = {"workload": w.workload, "status": w.status, "latency_ms": w.latency_ms,
-                               "spread": w.spread, "reference_ms": baseline.reference.get(w.workload)}
+                               "spread": w.spread, "reference_ms": baseline.reference.get(w.workload),
+                               "gpu_time_ms": w.gpu_time_ms, "call_latency_ms": w.call_latency_ms,
+                               "timing_method": w.timing_method, "unstable": w.unstable}
         for v, times in variants.items():
             row[f"{v}_ms"] = times.get(w.workload)
             lf = limit(w.workload, times[w.workload]) if limit and times.get(w.workload) else None
             if lf:
                 row[f"{v}_limit"] = lf.to_json()
-        if w.latency_ms:
+        if w.latency_ms and not w.unstable:      # an unstable row prints "unstable", never a ratio
             row["vs_best"] = best[w.workload] / w.latency_ms if w.workload in best else None
             for v, times in variants.items():
                 if w.workload in times:
@@ -99,7 +101,7 @@ def summarize(name: str, report: EvalReport, baseline: BaselineTimes, traffic: d
 
 def print_summary(console: Console, s: dict[str, Any], variants: list[str]) -> None:
     t = Table(title=f"{s['name']}  [{s['status']}]  vs {s['baseline']}")
-    cols = ["workload", "ref ms"] + [f"{v} ms" for v in variants] + ["kernel ms", "±%", "vs best"] + \
+    cols = ["workload", "ref ms"] + [f"{v} ms" for v in variants] + ["kernel ms", "±%", "call ms", "vs best"] + \
         [f"vs {v}" for v in variants] + ["TB/s", "% limit"] + [f"{v} % limit" for v in variants]
     for c in cols:
         t.add_column(c, justify="right" if c != "workload" else "left")
@@ -110,7 +112,7 @@ def print_summary(console: Console, s: dict[str, Any], variants: list[str]) -> N
     for r in s["rows"]:
         t.add_row(r["workload"], f(r.get("reference_ms")), *[f(r.get(f"{v}_ms")) for v in variants],
                   f(r.get("latency_ms")), f(100 * r["spread"] if r.get("spread") else None, ".1f"),
-                  f(r.get("vs_best"), ".3f"), *[f(r.get(f"vs_{v}"), ".3f") for v in variants],
+                  f(r.get("call_latency_ms")), "unstable" if r.get("unstable") else f(r.get("vs_best"), ".3f"), *[f(r.get(f"vs_{v}"), ".3f") for v in variants],
                   f(r.get("tb_per_s"), ".2f"), _limit_cell(r.get("limit")),
                   *[_limit_cell(r.get(f"{v}_limit")) for v in variants])
     console.print(t)
@@ -179,12 +181,44 @@ def print_repeats(console: Console, result: dict[str, Any], limit: float = 0.02)
                   f"{100 * limit:.0f}%)", highlight=False)
 
 
+SELF_CHECK_TOLERANCE = 0.03
+
+
+def self_check(kernels: list[tuple[str, str]], results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The same source listed twice must give the same ratio on every workload (within 3%): bench checks
+    its own repeatability in the job it reports."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for (_, code), res in zip(kernels, results):
+        groups.setdefault(code, []).append(res)
+    worst, where = 0.0, ""
+    pairs = 0
+    for same in groups.values():
+        for a, b in zip(same, same[1:]):
+            ra = {r["workload"]: r.get("vs_best") for r in a["rows"]}
+            for r in b["rows"]:
+                x, y = ra.get(r["workload"]), r.get("vs_best")
+                if x and y:
+                    pairs += 1
+                    d = abs(x / y - 1)
+                    if d > worst:
+                        worst, where = d, f"{a['name']} on {r['workload']}"
+    if not pairs:
+        return None
+    ok = worst <= SELF_CHECK_TOLERANCE
+    msg = (f"self-check: the same kernel twice agrees within {100 * worst:.1f}% on every workload "
+           f"({'within' if ok else 'NOT within'} {100 * SELF_CHECK_TOLERANCE:.0f}%"
+           + (f"; worst: {where})" if where else ")"))
+    return {"pairs": pairs, "max_relative_difference": worst, "within_tolerance": ok, "message": msg}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """`ksearch bench` options (one argparse tree: ksearch/cli.py adds these to its `bench` subcommand)."""
     p.add_argument("--solution", action="append", default=[], help="a kernel file (repeatable)")
     p.add_argument("--run", action="append", default=[], help="a run directory: bench its best kernel")
     p.add_argument("--families", action="store_true", help="bench every catalog family at its defaults")
     p.add_argument("--out", default=None, help="write all numbers as JSON here")
+    p.add_argument("--self-check", action="store_true",
+                   help="bench the first kernel twice and check both give the same ratios (within 3%%)")
     p.add_argument("--baseline-repeats", type=int, default=0, metavar="N",
                    help="only measure the baselines, N times in fresh processes: median and CV per workload")
     p.add_argument("overrides", nargs="*", help="Hydra overrides: task=..., eval.workloads=..., eval.device=...")
@@ -221,6 +255,8 @@ def run(args: argparse.Namespace) -> int:
     if args.families or not kernels:
         cat = load_catalog(task.strategies_dir, task.name)
         kernels += [(f"family {f.name} (defaults)", cat.render(f.name, {})) for f in cat.families]
+    if getattr(args, "self_check", False) and kernels:
+        kernels.insert(1, (kernels[0][0] + " (again)", kernels[0][1]))
     peaks = measure_peaks(device) if on_gpu else None      # once per process: copy, bf16, fp8, fp32 rates
     copy_tbs = peaks.copy_tbs if peaks else None
     traffic = {w.name: task.traffic_bytes(w) for w in workloads}
@@ -240,8 +276,11 @@ def run(args: argparse.Namespace) -> int:
             s = summarize(name, report, baseline, traffic, copy_tbs, limit)
             print_summary(console, s, list(baseline.variants))
             results.append(s)
+    check = self_check(kernels, results)
+    if check:
+        console.print(check["message"], highlight=False)
     doc = {"task": task.name, "workload_set": set_name, "device": device, "versions": _versions(),
-           "copy_bandwidth_tbs": copy_tbs, "peaks": peaks.to_json() if peaks else None, "baseline": baseline.to_json(), "kernels": results}
+           "self_check": check, "metric": baseline.metric, "copy_bandwidth_tbs": copy_tbs, "peaks": peaks.to_json() if peaks else None, "baseline": baseline.to_json(), "kernels": results}
     if peaks:
         console.print(f"peaks ({peaks.device}): copy {peaks.copy_tbs:.2f} TB/s ({peaks.memory_source}); "
                       + ", ".join(f"{k} {v:.0f} TFLOP/s ({peaks.source(k)})" for k, v in peaks.tflops.items()),
