@@ -43,7 +43,7 @@ def _subjects(args, task):
         run = load_entry_point(source, name_hint=f"gpumode_{Path(path).stem}")
         subjects.append((Path(path).name, lambda inputs, run=run: (lambda: run(**inputs))))
     if args.family:
-        from ksearch.llm.catalog import load_catalog
+        from ksearch.task.catalog import load_catalog
 
         catalog = load_catalog(task.strategies_dir, task.name)
         for spec in args.family:

@@ -17,7 +17,7 @@ t=load_task('gqa_paged_decode_h32_kv4_d128_ps1')
 try:
     from ksearch.task.catalog import load_catalog
 except ImportError:
-    from ksearch.llm.catalog import load_catalog
+    from ksearch.task.catalog import load_catalog
 c=load_catalog(t.strategies_dir, t.name)
 f=c.families[-1].name
 open('/tmp/k/a.py','w').write(c.render(f,{}))

@@ -23,7 +23,7 @@ from ksearch.eval.evaluator import EvalSettings, Evaluator
 from ksearch.eval.report import BaselineTimes
 from ksearch.eval.rules import check_outputs
 from ksearch.instantiate.loader import load_entry_point
-from ksearch.llm.catalog import load_catalog
+from ksearch.task.catalog import load_catalog
 from ksearch.task import Correctness, load_task
 from ksearch.task.gpumode_timing import CheckFailed, geometric_mean, mean_and_errors, time_case
 

@@ -170,7 +170,10 @@ def load_catalog(strategies_dir: Path, task: str) -> Catalog:
     if not path.is_file():
         raise CatalogError(f"task {task} has no strategy catalog at {path}; the offline model needs one")
     try:
-        doc = _CatalogDoc.model_validate(yaml.safe_load(path.read_text()) or {})
+        raw = yaml.safe_load(path.read_text()) or {}
+        # Top-level keys starting with "_" only hold YAML anchors that the families reuse (e.g. shared knobs).
+        raw = {k: v for k, v in raw.items() if not str(k).startswith("_")} if isinstance(raw, dict) else raw
+        doc = _CatalogDoc.model_validate(raw)
     except ValidationError as e:
         raise CatalogError(f"{path}: {_first_error(e)}") from None
     except yaml.YAMLError as e:
