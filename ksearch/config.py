@@ -43,7 +43,7 @@ class SearchConfig:
     improvement_margin: float = 0.01      # relative gain that counts as an improvement
     explore_weight: float = 0.35          # bonus for actions in little-tried kernel families (0 = greedy)
     seed_solution: Optional[str] = None   # a kernel file to evaluate first and attach to the root
-    policy: str = "learned"               # learned (measured evidence + calibration) | greedy (K-Search's)
+    policy: str = "learned"               # learned (evidence + calibration) | greedy (K-Search) | random (baseline)
     language: str = "triton"              # what code requests ask for: triton | cuda (either is accepted)
 
 
@@ -60,6 +60,9 @@ class EvalConfig:
     check_trials: int = 2                 # correctness checks per workload, each on fresh random inputs
     static_checks: bool = True            # refuse forbidden source (reference imports, file/network, timer patches)
     remeasure_near_ties: bool = True      # re-measure a candidate within noise of the best, interleaved
+    # [shapes] held-out confirmation of a new best (ksearch/planner/validation.py): auto = the task's
+    # `validate` set on a GPU, `validate_cpu` on a CPU; none = off; or any workload set name.
+    validate: Optional[str] = "auto"
 
 
 @dataclass

@@ -28,6 +28,7 @@ from ksearch.instantiate import CodeExtractionError, Solution, solution_from_tex
 from ksearch.instantiate.language import CUDA, language_of
 from ksearch.llm.base import Model, ModelError, ModelRequest
 from ksearch.planner.selection import calibration, choose_next, explain
+from ksearch.planner.validation import Validation    # [shapes] held-out confirmation of a new best
 from ksearch.store import Journal, RunDir
 from ksearch.store.fork import ForkSeed, seed_record
 from ksearch.task import Task, Workload
@@ -74,6 +75,8 @@ class Best:
     node_id: str
     round_index: int
     report: dict[str, Any]
+    validate_score: float | None = None   # [shapes] geomean on the held-out validate set (None: off/unscored)
+    validate_set: str | None = None       # [shapes]
 
 
 @dataclass
@@ -164,6 +167,9 @@ class Search:
             "an NVIDIA Hopper GPU (checked here on a CPU with the Triton interpreter)"
         journal.on_info = self._replayed_info
         journal.on_live = self._went_live
+        # [shapes] held-out validate set; confirms every new best (ksearch/planner/validation.py)
+        self.validation = Validation.for_search(cfg, task, device, workload_set, journal, evaluator, run,
+                                                self.progress.message)
 
     # ---- settings segments --------------------------------------------------------------------------
     def _replayed_info(self, rec: dict[str, Any]) -> None:
@@ -316,9 +322,18 @@ class Search:
                                    incumbent=self.best.solution_id, basis=basis)
                 return
         assert report.score is not None
-        self.best = Best(report.score, solution_id, node_id, round_index, report.to_json())
+        confirmed = self.validation.confirm(report, solution_id, round_index)     # [shapes] validate gate
+        if not confirmed.accepted:                                                  # [shapes]
+            self.journal.event("not_best", check={"solution_id": solution_id}, score=report.score,  # [shapes]
+                               incumbent=self.best.solution_id if self.best else None,             # [shapes]
+                               basis=f"{basis}; {confirmed.basis}")                                 # [shapes]
+            return                                                                  # [shapes]
+        self.best = Best(report.score, solution_id, node_id, round_index, report.to_json(),
+                         confirmed.report.score if confirmed.report else None,       # [shapes]
+                         self.validation.set_name)                                   # [shapes]
         self.journal.event("best", check={"solution_id": solution_id}, score=report.score, node_id=node_id,
-                           round=round_index, basis=basis)
+                           round=round_index, basis=basis,
+                           validate_score=self.best.validate_score, validate_set=self.best.validate_set)  # [shapes]
         self.run_dir.write_best(self.run_dir.load_solution(solution_id), report.to_json(), node_id)
 
     # ---- set-up ---------------------------------------------------------------------------------------
@@ -415,7 +430,8 @@ class Search:
             if reason:
                 return reason
             self._maintain()
-            node = choose_next(self.wm, cfg.max_difficulty, cfg.explore_weight, policy=cfg.policy)
+            node = choose_next(self.wm, cfg.max_difficulty, cfg.explore_weight, policy=cfg.policy,
+                               seed=self.cfg.run.seed, draw=self.round)             # [shapes] random policy
             if node is None:
                 return (f"no executable action at difficulty <= {cfg.max_difficulty} "
                         f"(the world model has nothing left to try)")

@@ -28,6 +28,8 @@ class RecordedEvaluator:
         for r in records:
             if r.get("kind") == "evaluation" and r.get("solution_id"):
                 self._evals[r["solution_id"]].append(r["value"])
+            elif r.get("kind") == "validate" and r.get("solution_id"):      # [shapes] held-out set
+                self._evals[f"{r['solution_id']}@validate"].append(r["value"])
             elif r.get("kind") == "remeasure":
                 self._remeasures[tuple(r.get("solution_ids") or ())].append(r["value"]["reports"])
         self._live_factory = live
@@ -42,6 +44,11 @@ class RecordedEvaluator:
         return self._live
 
     def measure_baselines(self, workloads: list[Any]) -> BaselineTimes:
+        # [shapes] the recorded baseline of these workloads (a run records one per set: feedback, validate)
+        names = {w.name for w in workloads}
+        for b in self._baselines:
+            if names <= set(BaselineTimes.from_json(b).best()):
+                return BaselineTimes.from_json(b)
         if self._baselines:
             return BaselineTimes.from_json(self._baselines[0])
         self._notify(f"replay: {self.source} recorded no baseline; measuring it")
