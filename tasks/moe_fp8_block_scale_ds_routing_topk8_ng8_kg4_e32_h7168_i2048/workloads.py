@@ -93,7 +93,7 @@ def workload_sets() -> dict[str, list[Workload]]:
     tiny.append(_workload("tiny_t150_off64_hot3", 150, 64, hot_expert=3, **small))
     feedback = [_workload(f"fb_t{t}_off{o}", t, o) for t, o in FEEDBACK_PAIRS]
     full = [_workload(f"full_t{t}_off{o}", t, o) for t, o in FULL_PAIRS]
-    validate = [_workload(f"val_t{t}_off{32 * ((i * 3 + 1) % 8)}", t, 32 * ((i * 3 + 1) % 8))
+    validate = [_workload(f"val_t{t}_off{32 * ((i * 3 + 2) % 8)}", t, 32 * ((i * 3 + 2) % 8))
                 for i, t in enumerate(VALIDATE_T)]
     validate_cpu = [_workload("vcpu_t3_off160", 3, 160, **small),
                     _workload("vcpu_t150_off96_hot30", 150, 96, hot_expert=30, **small)]
