@@ -29,6 +29,7 @@ from ksearch.instantiate.language import CUDA, language_of
 from ksearch.llm.base import Model, ModelError, ModelRequest
 from ksearch.planner.selection import calibration, choose_next, explain
 from ksearch.planner.validation import Validation    # [shapes] held-out confirmation of a new best
+from ksearch.planner.regions import RegionBoard, finish_with_dispatch   # [shapes] per-region incumbents
 from ksearch.store import Journal, RunDir
 from ksearch.store.fork import ForkSeed, seed_record
 from ksearch.task import Task, Workload
@@ -170,6 +171,7 @@ class Search:
         # [shapes] held-out validate set; confirms every new best (ksearch/planner/validation.py)
         self.validation = Validation.for_search(cfg, task, device, workload_set, journal, evaluator, run,
                                                 self.progress.message)
+        self.regions = RegionBoard(task, workloads)     # [shapes] best kernel per region of the shape space
 
     # ---- settings segments --------------------------------------------------------------------------
     def _replayed_info(self, rec: dict[str, Any]) -> None:
@@ -234,7 +236,8 @@ class Search:
         targets = ", ".join(f"{w}: {ms:.4g} ms" for w, ms in (self.baseline.best() if self.baseline else {}).items())
         base = {"hardware": self.hardware, "language": self.cfg.search.language, "task": self.task.name,
                 "definition": self.task.definition.render_text(),
-                "baseline": self.baseline.label if self.baseline else "the baseline", "targets": targets or "-"}
+                "baseline": self.baseline.label if self.baseline else "the baseline", "targets": targets or "-",
+                "regions": self.regions.render()}                       # [shapes] per-region evidence
         return _PROMPTS.get_template(name).render(**{**base, **kw})
 
     def _edit(self, purpose: str, prompt: str, context: dict[str, Any], max_new_nodes: int,
@@ -243,6 +246,7 @@ class Search:
         deterministic fallback edit is applied (and recorded as such)."""
         errors: list[str] = []
         result = EditResult(ok=False, errors=["not asked"])
+        context = {**context, **self.regions.context(self.codes)}     # [shapes] per-region evidence for the model
         for _ in range(1 + self.cfg.llm.edit_retries):
             spent = self._budget_reason()
             if spent:
@@ -282,6 +286,7 @@ class Search:
         value = self.journal.memo("evaluation", f"{sid}@{round_index}", compute, round=round_index,
                                   node_id=node_id, attempt=attempt, solution_id=sid)
         self.evaluations += 1
+        self.regions.observe(sid, EvalReport.from_json(value))     # [shapes]
         return EvalReport.from_json(value)
 
     def _remeasure(self, sids: list[str], round_index: int) -> list[EvalReport]:
@@ -408,6 +413,8 @@ class Search:
             except _BudgetSpent as e:
                 stop = str(e)
             epoch_at_stop = self.config_epoch
+            if self.validation.enabled:          # [shapes] one solution dispatching among per-region bests
+                finish_with_dispatch(self)       # [shapes]
             self.journal.event("run_end", check={"stop": stop}, evaluations=self.evaluations,
                                best=self.best.__dict__ if self.best else None, spend=self.spend.__dict__)
             self._snapshot()

@@ -53,6 +53,10 @@ class RegionScheme:
     def of_axes(self, axes: dict[str, int]) -> str:
         return "|".join(f.bucket(f.value(axes)) for f in self.features)
 
+    def index_of_axes(self, axes: dict[str, int]) -> tuple[int, ...]:
+        """Bucket indices (what a dispatcher compares): value <= edges[i] -> i, above them all -> len(edges)."""
+        return tuple(sum(1 for e in f.edges if f.value(axes) > e) for f in self.features)
+
     def of(self, workload: Workload) -> str:
         return self.of_axes(workload.axes)
 
