@@ -73,7 +73,7 @@ def test_conflicting_imports_and_cuda_are_refused():
 
 def test_composed_gqa_solution_passes_static_checks_and_matches_the_reference():
     tiny = _task.workload_set("tiny")
-    long_one = next(w for w in tiny if w.name == "tiny_b1_l400")
+    long_one = next(w for w in tiny if w.name == "tiny_b1_l320")
     source = _compose([(long_one, "b")])
     cfg = StaticCheckConfig(forbidden_calls=list(_task.meta["static_checks"]["forbidden_calls"]))
     assert check_source(source, cfg) == []

@@ -2,7 +2,7 @@
 
 A kernel that reads only the first 128 KV tokens of each sequence (one 128-token tile and then stops)
 passed every CPU workload while no CPU sequence was longer than 128 tokens. The `tiny` set now holds a
-400-token sequence and a ragged batch with a 520-token one, so the CPU evaluator fails it with
+320-token sequence and a ragged batch with a 300-token one, so the CPU evaluator fails it with
 INCORRECT_NUMERICAL; the honest kernel still passes the same set.
 """
 
