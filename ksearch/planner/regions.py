@@ -140,7 +140,7 @@ def finish_with_dispatch(search: Any) -> None:
     if sid == best.solution_id:
         return
     search.codes[sid] = sol.main_source
-    round_index = search.round
+    round_index = max(search.round - 1, 0)      # counted with the last round: it spends no round of its own
     report = search._evaluate(sol, "dispatch", 0, round_index)
     feedback_ok = report.passed and report.score is not None and \
         compare_reports(report, EvalReport.from_json(best.report), 0.0) != "worse"
