@@ -44,7 +44,7 @@ class SearchConfig:
     improvement_margin: float = 0.01      # relative gain that counts as an improvement
     explore_weight: float = 0.35          # bonus for actions in little-tried kernel families (0 = greedy)
     seed_solution: Optional[str] = None   # a kernel file (or FlashInfer-Bench Solution JSON) to evaluate first, attached to the root
-    policy: str = "learned"               # learned (measured evidence + calibration) | greedy (K-Search's)
+    policy: str = "learned"               # learned (evidence + calibration) | greedy (K-Search) | random (baseline)
     language: str = "triton"              # what code requests ask for: triton | cuda (either is accepted)
     parallel: int = 1                     # action cycles in flight at once, on different frontier nodes
 

@@ -62,7 +62,8 @@ def by_block(plan):
 
 
 def make_search(tmp_path, judge, crash_at=None, **search_over):
-    cfg = OmegaConf.merge(OmegaConf.structured(Config), {"search": search_over})
+    # validation (eval.validate) is tested in tests/test_validate.py; these tests count evaluations without it
+    cfg = OmegaConf.merge(OmegaConf.structured(Config), {"search": search_over, "eval": {"validate": "none"}})
     task = load_task(TASK)
     run = RunDir(tmp_path / "run")
     if not run.exists():

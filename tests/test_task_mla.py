@@ -252,9 +252,10 @@ def test_decode_workload_sets():
         for w in ws:
             ax, lens = w.axes, w.params["kv_lens"]
             assert ax["len_indptr"] == ax["batch_size"] + 1 == len(lens) + 1
-            assert sum(lens) == ax["num_kv_indices"] and min(lens) >= 1
+            cpu_sized = name in ("tiny", "validate_cpu")           # CPU sets hold an empty sequence on purpose
+            assert sum(lens) == ax["num_kv_indices"] and min(lens) >= (0 if cpu_sized else 1)
             assert w.params["sm_scale"] == SM_SCALE
-            if name == "tiny":
+            if cpu_sized:
                 assert ax["num_pages"] >= sum(lens)
             else:
                 assert ax["num_pages"] == POOL_PAGES
@@ -277,9 +278,10 @@ def test_prefill_workload_sets():
             ax, q_lens, kv_lens = w.axes, w.params["q_lens"], w.params["kv_lens"]
             assert ax["len_indptr"] == len(q_lens) + 1 == len(kv_lens) + 1
             assert sum(q_lens) == ax["total_q"] and sum(kv_lens) == ax["num_kv_indices"]
-            assert all(kv >= q >= 1 for q, kv in zip(q_lens, kv_lens))
+            cpu_sized = name in ("tiny", "validate_cpu")           # CPU sets hold an empty sequence on purpose
+            assert all(kv >= q >= (0 if cpu_sized else 1) for q, kv in zip(q_lens, kv_lens))
             assert w.params["sm_scale"] == SM_SCALE
-            if name == "tiny":
+            if cpu_sized:
                 assert ax["num_pages"] >= sum(kv_lens)
             else:
                 assert ax["num_pages"] == POOL_PAGES

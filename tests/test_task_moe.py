@@ -257,7 +257,7 @@ def test_defaults_compile_for_sm90(task):
 
 def test_workload_sets(task):
     sets = task.workload_sets()
-    assert set(sets) == {"tiny", "feedback", "full"}
+    assert set(sets) == {"tiny", "feedback", "full", "validate", "validate_cpu"}
     full = sets["full"]
     assert len(full) == 19 and len({w.name for w in full}) == 19
     assert [w.axes["seq_len"] for w in sets["feedback"]] == [1, 7, 14, 16, 32]
@@ -266,7 +266,7 @@ def test_workload_sets(task):
     for w in full + sets["feedback"]:
         assert w.params["local_expert_offset"] % 32 == 0 and w.params["routed_scaling_factor"] == 2.5
         assert "const_axes" not in w.params                             # full-size workloads keep the definition
-    for w in sets["tiny"]:
+    for w in sets["tiny"] + sets["validate_cpu"]:
         assert w.params["const_axes"]["hidden_size"] == 256
     assert task.default_workload_set(on_gpu=False) == "tiny" and task.default_workload_set(on_gpu=True) == "feedback"
     assert task.correctness.required_matched_ratio == 0.95

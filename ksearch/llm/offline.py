@@ -143,7 +143,28 @@ class OfflineModel:
                 plan = read_plan_header(ctx.get("best_code")) or {}
                 score = (target.get("solution") or {}).get("score") or 0.0
                 ops += self._children(cat, nodes, target, plan, score, budget)
+        if purpose in ("after_success", "propose"):
+            ops += self._weakest_region_boost(nodes, ctx.get("weakest_region_family"), ops)
         return {"ops": ops}
+
+    @staticmethod
+    def _weakest_region_boost(nodes: dict[str, Any], family: str | None,
+                              ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Open actions of the family that did best on the weakest region gain a little priority (x1.15):
+        improving that region improves the shape-dispatched solution most."""
+        if not family:
+            return []
+        touched = {op.get("node_id") for op in ops if op.get("op") == "update_node"}
+        out = []
+        for n in nodes.values():
+            act = n.get("action")
+            if not act or n.get("solution") or n.get("retired") or n["node_id"] in touched:
+                continue
+            if act.get("params", {}).get("family") == family:
+                new = round(min(1.0, act["score"] * 1.15), 4)
+                if abs(new - act["score"]) > 1e-4:
+                    out.append({"op": "update_node", "node_id": n["node_id"], "patch": {"action": {"score": new}}})
+        return out
 
     @staticmethod
     def _rerate(node: dict[str, Any], score: float, best: float | None, ctx: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ depends only on its own attempts, so cycles can run side by side and their resul
 
 from __future__ import annotations
 
+from typing import Any
 from dataclasses import dataclass, field
 
 from ksearch.eval.noise import compare_reports
@@ -43,6 +44,8 @@ class CycleState:
     base_code: str | None = None
     base_score: float | None = None
     best_score: float | None = None        # the global best when the cycle started (for the close request)
+    regions: str = "-"                     # per-region evidence when the cycle started (its prompts' snapshot)
+    region_context: dict[str, Any] = field(default_factory=dict)
     codes: list[str] = field(default_factory=list)
     best: tuple[str, EvalReport] | None = None
     best_sid: str | None = None

@@ -21,12 +21,15 @@ class Best:
     node_id: str
     round_index: int
     report: dict[str, Any]
+    validate_score: float | None = None   # geomean on the held-out validate set (None: off or unscored)
+    validate_set: str | None = None
 
 
 class Incumbent:
     def __init__(self, journal: Journal, run_dir: RunDir,
-                 remeasure: Callable[[list[str], int], list[EvalReport]]):
+                 remeasure: Callable[[list[str], int], list[EvalReport]], validation: Any = None):
         self.journal, self.run_dir, self._remeasure = journal, run_dir, remeasure
+        self.validation = validation       # ksearch.planner.validation: a new best must hold on held-out shapes
         self.best: Best | None = None
 
     @property
@@ -59,7 +62,19 @@ class Incumbent:
                                    incumbent=self.best.solution_id, basis=basis)
                 return
         assert report.score is not None
-        self.best = Best(report.score, solution_id, node_id, round_index, report.to_json())
+        validate_score, validate_set = None, None
+        if self.validation is not None and self.validation.enabled:
+            confirmed = self.validation.confirm(report, solution_id, round_index)
+            if not confirmed.accepted:
+                self.journal.event("not_best", check={"solution_id": solution_id}, score=report.score,
+                                   incumbent=self.best.solution_id if self.best else None,
+                                   basis=f"{basis}; {confirmed.basis}")
+                return
+            validate_score = confirmed.report.score if confirmed.report else None
+            validate_set = self.validation.set_name
+        self.best = Best(report.score, solution_id, node_id, round_index, report.to_json(), validate_score,
+                         validate_set)
         self.journal.event("best", check={"solution_id": solution_id}, score=report.score, node_id=node_id,
-                           round=round_index, basis=basis)
+                           round=round_index, basis=basis, validate_score=validate_score,
+                           validate_set=validate_set)
         self.run_dir.write_best(self.run_dir.load_solution(solution_id), report.to_json(), node_id)

@@ -44,7 +44,7 @@ class Prompts:
         targets = ", ".join(f"{w}: {ms:.4g} ms" for w, ms in (b.best() if b else {}).items())
         base = {"hardware": self.hardware, "language": language, "task": self.task.name,
                 "definition": self.task.definition.render_text(),
-                "baseline": b.label if b else "the baseline", "targets": targets or "-"}
+                "baseline": b.label if b else "the baseline", "targets": targets or "-", "regions": "-"}
         return _PROMPTS.get_template(name).render(**{**base, **kw})
 
     def code_request(self, state: "CycleState", language: str) -> ModelRequest:

@@ -30,6 +30,8 @@ from ksearch.planner.prompts import Prompts, evidence, fence, fmt, mean_latency
 from ksearch.planner.selection import calibration, choose_next, explain
 from ksearch.planner.settings import (CHANGEABLE_EVAL_KEYS, CHANGEABLE_SECTIONS, Segments, frozen_changes,  # noqa: F401
                                       settings_diff)
+from ksearch.planner.regions import RegionBoard, finish_with_dispatch
+from ksearch.planner.validation import Validation
 from ksearch.store import Journal, RunDir
 from ksearch.store.fork import ForkSeed, seed_record
 from ksearch.store.records import ConfigChange, ModelFailed, RunStart, parse_record
@@ -105,7 +107,11 @@ class Search:
         self.codes: dict[str, str] = {}            # solution_id -> code, for base kernels
         self.prompts = Prompts(task, device)
         self._save_lock = threading.Lock()
-        self.incumbent = Incumbent(journal, run, self._remeasure)
+        # held-out confirmation of every new best, and the best kernel per region of the shape space
+        self.validation = Validation.for_search(cfg, task, device, workload_set, journal, evaluator, run,
+                                                self.progress.message)
+        self.regions = RegionBoard(task, workloads)
+        self.incumbent = Incumbent(journal, run, self._remeasure, self.validation)
         self.segments = Segments(cfg, run.path, self._record_change, lambda m: self.progress.message(m))
         journal.on_info = self._replayed_info
         journal.on_live = self.segments.went_live
@@ -289,6 +295,7 @@ class Search:
             else:
                 report = self._evaluate(self.run_dir.load_solution(sid), node.node_id, 0, 0)
                 self.evaluations += 1
+                self.regions.observe(sid, report)
                 old = node.solution
                 self.wm.attach_solution(node.node_id, AttachedSolution(
                     sid, old.parent_solution_id, 0, report.status, report.score, mean_latency(report)))
@@ -303,6 +310,7 @@ class Search:
                                  description="")
         report = self._evaluate(sol, ROOT_ID, 0, 0)
         self.evaluations += 1
+        self.regions.observe(sol.solution_id, report)
         self.codes[sol.solution_id] = sol.main_source
         self.wm.attach_solution(ROOT_ID, AttachedSolution(sol.solution_id, None, 0, report.status, report.score,
                                                           mean_latency(report)))
@@ -317,6 +325,8 @@ class Search:
             except BudgetSpent as e:
                 stop = str(e)
             epoch_at_stop = self.config_epoch
+            if self.validation.enabled:          # one solution dispatching among the per-region bests
+                finish_with_dispatch(self)
             self.journal.event("run_end", check={"stop": stop}, evaluations=self.evaluations,
                                best=self.best.__dict__ if self.best else None, spend=self.spend.__dict__)
             self._snapshot()
@@ -399,8 +409,9 @@ class Search:
         context = {"task": self.task.name, "world_model": self.wm.to_json(),
                    "best_node_id": best_node.node_id if best_node else None,
                    "best_code": self.codes.get(best_node.solution.solution_id) if best_node and best_node.solution else None,
-                   "best_score": self.best.score if self.best else None}
-        prompt = self.prompts.render("propose.j2", cfg.language, world_model=render_compact(self.wm),
+                   "best_score": self.best.score if self.best else None, **self.regions.context(self.codes)}
+        prompt = self.prompts.render("propose.j2", cfg.language, regions=self.regions.render(),
+                                     world_model=render_compact(self.wm),
                                      frontier=render_frontier(self.wm), max_new_nodes=cfg.max_new_nodes,
                                      best_node_id=context["best_node_id"], best_score=fmt(context["best_score"]))
         if self._edit("propose", prompt, context, cfg.max_new_nodes, node_id=context["best_node_id"]).ok:
@@ -409,7 +420,8 @@ class Search:
     def select(self, busy: frozenset[str] = frozenset()) -> Node | None:
         """The next frontier node (never one a cycle in flight works on); its selection is journaled."""
         cfg = self.cfg.search
-        node = choose_next(self.wm, cfg.max_difficulty, cfg.explore_weight, policy=cfg.policy, exclude=busy)
+        node = choose_next(self.wm, cfg.max_difficulty, cfg.explore_weight, policy=cfg.policy, exclude=busy,
+                           seed=self.cfg.run.seed, draw=self.cycles + 1)
         if node is None:
             return None
         why = explain(self.wm, node, policy=cfg.policy, explore_weight=cfg.explore_weight)
@@ -427,7 +439,8 @@ class Search:
                           cfg.improvement_margin, base_sid=base_sid,
                           base_code=self.codes.get(base_sid) if base_sid else None,
                           base_score=parent.solution.score if parent.solution else None,
-                          best_score=self.best.score if self.best else None)
+                          best_score=self.best.score if self.best else None,
+                          regions=self.regions.render(), region_context=self.regions.context(self.codes))
 
     def produce_attempt(self, state: CycleState, cycle: int | None, charge: bool) -> Attempt:
         """The cycle's next attempt: ask for code, extract it, measure it. Touches no shared state but
@@ -460,6 +473,7 @@ class Search:
             assert a.solution_id is not None and a.code is not None
             self.codes[a.solution_id] = a.code
             self.evaluations += 1
+            self.regions.observe(a.solution_id, a.report)     # by the owner, in cycle order: deterministic
             self._consider_best(a.report, a.solution_id, state.node.node_id, a.round)
         self.wm.record_attempt(state.node.node_id)
         self.progress.attempt_done(a.round, a.report, self.best.score if self.best else None)
@@ -470,7 +484,8 @@ class Search:
         cfg = self.cfg.search
         node = wm.node(state.node.node_id)
         context: dict[str, Any] = {"task": self.task.name, "node_id": node.node_id,
-                                   "best_score": best_score, "parent_score": state.base_score}
+                                   "best_score": best_score, "parent_score": state.base_score,
+                                   **state.region_context}
         if state.passed:
             assert state.best is not None
             code, report = state.best
@@ -495,7 +510,7 @@ class Search:
         context["world_model"] = wm.to_json()
         common = dict(world_model=render_compact(wm), frontier=render_frontier(wm), node_id=node.node_id,
                       action_title=node.action.title if node.action else "", max_new_nodes=cfg.max_new_nodes)
-        prompt = self.prompts.render(template, cfg.language, **common, **kw)
+        prompt = self.prompts.render(template, cfg.language, regions=state.regions, **common, **kw)
         return CloseRequest(purpose, prompt, context)
 
     def mark_closed(self, state: CycleState, wm: WorldModel) -> bool:

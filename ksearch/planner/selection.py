@@ -16,12 +16,19 @@ is a guess, and the tree's measurements never entered the choice. Two policies a
   The calibration factor is the geometric mean of measured/predicted speedups over closed nodes,
   shrunk towards 1 while there are few of them: a model that keeps over-promising gets discounted.
 
-Both are deterministic (ties: difficulty asc, rating desc, node_id asc) and both respect the user's
+- "random": a baseline arm that shows what the search's judgement is worth. Uniform over the same
+  frontier (the same catalog moves the model proposed, under the same difficulty cap and round budget),
+  ignoring every score. The draw is a hash of (run seed, draw number = the round, the sorted candidate
+  ids), so a run is reproducible from its seed and a resumed run makes the same choices without
+  keeping any generator state.
+
+All are deterministic (ties: difficulty asc, rating desc, node_id asc) and all respect the user's
 difficulty cap, which is never raised (K-Search relaxed it upwards, weak point 9).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -29,7 +36,7 @@ from typing import Any
 from ksearch.world_model import Node, WorldModel, facts
 from ksearch.world_model.facts import BASELINE_SCORE, best_score, family_of as _family_of, family_visits
 
-POLICIES = ("learned", "greedy")
+POLICIES = ("learned", "greedy", "random")
 
 #: Each failed cycle halves a node's priority (the node is retired after max_failed_cycles).
 FAILURE_PENALTY = 0.5
@@ -138,7 +145,7 @@ def _explain(wm: WorldModel, node: Node, policy: str, explore_weight: float, ctx
     parent_quality = min(1.0, p_score / best_ref)
     fam = family_of(wm, node)
     visits = family_visits(wm, node)
-    if policy == "greedy":
+    if policy in ("greedy", "random"):        # random: the components are informative only (the draw decides)
         value, penalty, bonus = prior, 1.0, 0.0
     else:
         value = W_PRIOR * prior + W_PREDICTION * prediction + W_PARENT * parent_quality
@@ -190,11 +197,20 @@ def priority(wm: WorldModel, node: Node, explore_weight: float = 0.0, policy: st
     return explain(wm, node, policy, explore_weight)["total"]
 
 
+def random_pick(candidate_ids: list[str], seed: int, draw: int) -> str:
+    """A uniform choice among `candidate_ids`, fixed by (seed, draw, the set of ids): no generator state."""
+    ids = sorted(candidate_ids)
+    h = hashlib.sha256(f"{seed}:{draw}:{','.join(ids)}".encode()).digest()
+    return ids[int.from_bytes(h[:8], "little") % len(ids)]
+
+
 def choose_next(wm: WorldModel, max_difficulty: int, explore_weight: float = 0.0,
-                policy: str = "learned", exclude: frozenset[str] | set[str] = frozenset()) -> Node | None:
+                policy: str = "learned", exclude: frozenset[str] | set[str] = frozenset(), seed: int = 0,
+                draw: int = 0) -> Node | None:
     """The frontier action to run next, or None when nothing on the frontier is within the cap.
 
-    learned: total desc; greedy: action.score desc; then difficulty asc, rating desc, node_id asc.
+    learned: total desc; greedy: action.score desc; then difficulty asc, rating desc, node_id asc;
+    random: `random_pick` over the candidates with (seed, draw).
     The difficulty cap is the user's and is never raised; if nothing is under it, nothing is selected
     and the search ends, saying why. Nodes in `exclude` (a parallel run's cycles in flight) are skipped.
     """
@@ -203,6 +219,8 @@ def choose_next(wm: WorldModel, max_difficulty: int, explore_weight: float = 0.0
                   and n.node_id not in exclude]
     if not candidates:
         return None
+    if policy == "random":
+        return wm.node(random_pick([n.node_id for n in candidates], seed, draw))
     if policy == "greedy":
         return min(candidates, key=lambda n: (-n.action.score, n.action.difficulty, -n.rating, n.node_id))
     ctx = _context(wm)

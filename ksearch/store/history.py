@@ -23,7 +23,8 @@ from ksearch.store.lock import WriterState, probe
 
 #: Record kinds this reader interprets; any other kind is kept in `RunHistory.by_kind` untouched.
 KNOWN_KINDS = ("run_start", "baseline", "model", "edit", "select", "evaluation", "best", "attach",
-               "cycle_failed", "bad_code", "tree", "run_end", "config", "fork", "remeasure", "not_best")
+               "cycle_failed", "bad_code", "tree", "run_end", "config", "fork", "remeasure", "not_best",
+               "validate", "validate_verdict", "dispatch")     # [shapes] held-out gate, shape dispatch
 
 
 class NotARunError(FileNotFoundError):

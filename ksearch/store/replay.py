@@ -30,6 +30,8 @@ class RecordedEvaluator:
                 self._evals[r.solution_id].append(r.value)
             elif isinstance(r, R.Remeasure):
                 self._remeasures[tuple(r.solution_ids)].append(r.reports)
+            elif r.kind == "validate" and r.extra.get("solution_id"):      # held-out set (eval.validate)
+                self._evals[f"{r.extra['solution_id']}@validate"].append(r.extra.get("value"))
         self._live_factory = live
         self._live: Any = None
         self._notify = notify
@@ -42,6 +44,11 @@ class RecordedEvaluator:
         return self._live
 
     def measure_baselines(self, workloads: list[Any], time_reference: bool = False) -> BaselineTimes:
+        # the recorded baseline of these workloads (a run records one per set: feedback, validate)
+        names = {w.name for w in workloads}
+        for b in self._baselines:
+            if names <= set(BaselineTimes.from_json(b).best()):
+                return BaselineTimes.from_json(b)
         if self._baselines:
             return BaselineTimes.from_json(self._baselines[0])
         self._notify(f"replay: {self.source} recorded no baseline; measuring it")

@@ -39,12 +39,34 @@ def prefix_sums(lens: list[int]) -> torch.Tensor:
 
 def decode_workload(name: str, batch: int, total: int, num_pages: int, sm_scale: float) -> Workload:
     """A paged decode workload: `total` KV tokens split unevenly (but stably, by name) over `batch` sequences."""
-    lens = split_lengths(total, batch, stable_generator(name))
+    return decode_workload_lens(name, split_lengths(total, batch, stable_generator(name)), num_pages, sm_scale)
+
+
+def decode_workload_lens(name: str, lens: list[int], num_pages: int, sm_scale: float) -> Workload:
+    """A paged decode workload with these exact per-sequence KV lengths (0 = an empty sequence)."""
+    if not lens or min(lens) < 0:
+        raise ValueError(f"{name}: KV lengths must be a non-empty list of counts >= 0, got {lens}")
+    batch, total = len(lens), sum(lens)
+    if total > num_pages:
+        raise ValueError(f"{name}: {total} tokens do not fit in {num_pages} pages")
     return Workload(
         name=name,
         axes={"batch_size": batch, "num_pages": num_pages, "len_indptr": batch + 1, "num_kv_indices": total},
-        params={"kv_lens": lens, "sm_scale": sm_scale},
+        params={"kv_lens": [int(x) for x in lens], "sm_scale": sm_scale},
     )
+
+
+def log_spread_lengths(batch: int, lo: int, hi: int, gen: torch.Generator) -> list[int]:
+    """`batch` lengths drawn log-uniformly in [lo, hi] (a serving batch: mostly short, a few long), stable per
+    generator. The first is pinned to `hi` and the second to `lo` so both ends are always present."""
+    if batch < 2 or not 1 <= lo <= hi:
+        raise ValueError(f"need batch >= 2 and 1 <= lo <= hi, got {batch}, {lo}, {hi}")
+    u = torch.rand(batch, generator=gen, dtype=torch.float64)
+    lens = torch.exp(torch.log(torch.tensor(float(lo))) + u * (torch.log(torch.tensor(float(hi))) -
+                                                                torch.log(torch.tensor(float(lo)))))
+    out = [int(round(float(x))) for x in lens]
+    out[0], out[1] = hi, lo
+    return out
 
 
 def paged_indices(kv_lens: list[int], num_pages: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

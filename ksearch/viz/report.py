@@ -68,6 +68,9 @@ def _result(h: RunHistory, wm: WorldModel | None, best_png: Path | None) -> str:
         lines.append(f"Best: **{b.score:.4g}x**{noise} {_score_name(h)} against {against}, "
                      f"node `{b.node_id}`, round {b.round}, solution `{b.solution_id}`; found {found} into the run, "
                      f"after {sum(1 for e in h.evaluations if e.seq < b.seq)} of {len(h.evaluations)} evaluations.")
+        held = next((r for r in reversed(h.by_kind.get("best", [])) if r.get("solution_id") == b.solution_id), {})
+        if held.get("validate_score") is not None:                                       # [shapes] held-out score
+            lines.append(f"On the held-out set `{held.get('validate_set')}`: **{held['validate_score']:.4g}x**.")
         if wm is not None and b.node_id in wm:
             steps = [f"`{n.node_id}` ({_md(n.choice or (n.action.title if n.action else ''))})"
                      for n in wm.path(b.node_id)[1:]]

@@ -1,11 +1,42 @@
-"""Workloads for GQA paged decode: synthesised paged indices matching the dataset's axes."""
+"""Workloads for GQA paged decode: synthesised paged indices matching the dataset's axes.
+
+Sets:
+- `tiny` (CPU, what a CPU search selects on): a short sequence, one sequence longer than any tile of the
+  catalog (BLOCK_N <= 128; 320 tokens is more than 2 such tiles, so a kernel that stops after its first
+  tile or its first 128 tokens fails), and a ragged batch with one long sequence (300 tokens: at split_kv's
+  default split count of 3 each split still spans two 64-token tiles), short ones and an empty one (kv_len
+  0: output 0 and lse -inf, which the reference and the checker accept). Sizes are kept small because the
+  Triton interpreter pays per program: split_kv's combine step alone runs batch x 32 programs.
+- `feedback` (GPU, what a GPU search selects on): K-Search's five shapes.
+- `full`: the dataset's 48 axes.
+- `validate` (GPU, held out: a new best must not regress on it): the shape space a serving engine sees.
+  Axes and why:
+  * batch 1, 4, 16, 64, 256: single-request latency (1), small and mid serving batches (4, 16, 64), and a
+    large continuous-batching step (256). Small batches starve a one-program-per-sequence kernel of
+    parallelism (4 kv heads x batch programs on 132 SMs), large ones do not need splits.
+  * KV length per sequence 64 .. 64k: short chats (64, 512), long prompts (4k, 16k) and long-context
+    requests (32k, 64k), where a kernel must split a single sequence across SMs.
+  * uniform batches (every sequence the same length) and ragged ones: log-uniform lengths in a batch, and
+    one very long sequence among short ones (a long-context request batched with chat traffic), which
+    punishes even splits per sequence and rewards balanced chunking.
+  Total KV tokens stay <= ~2M (K+V = 2 KiB per token: <= 4 GiB of cache; the reference pads to the longest
+  sequence, so ragged batches keep batch x max_len <= ~2M too).
+- `validate_cpu`: the CPU stand-in for `validate` (the set `eval.validate=auto` picks on a CPU), disjoint
+  from `tiny`: one ragged batch that is also the long case (a 301-token sequence, a short and an empty
+  one). One workload only: every new best is measured on it, and the default CPU run must stay short.
+
+Regions (for shape-dispatched solutions): batch bucket x mean KV length per sequence bucket, both from
+tensor shapes (batch = q.shape[0], mean length = kv_indices.shape[0] / batch), see `REGIONS`.
+"""
 
 import math
 
 import torch
 
 from ksearch.task import Workload
-from ksearch.task.paged import decode_workload, paged_indices
+from ksearch.task.paged import decode_workload, decode_workload_lens, log_spread_lengths, paged_indices, \
+    stable_generator
+from ksearch.task.regions import Feature, RegionScheme
 
 NUM_QO_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 4, 128
 SM_SCALE = 1.0 / math.sqrt(HEAD_DIM)
@@ -15,11 +46,50 @@ def _workload(name: str, batch: int, total: int, num_pages: int | None = None) -
     return decode_workload(name, batch, total, num_pages or total + max(16, total // 4), SM_SCALE)
 
 
+def _lens(name: str, lens: list[int], num_pages: int | None = None) -> Workload:
+    total = sum(lens)
+    return decode_workload_lens(name, lens, num_pages or total + max(16, total // 4), SM_SCALE)
+
+
+#: Region = batch bucket x mean KV tokens per sequence bucket (host-side, from shapes only).
+REGIONS = RegionScheme((
+    Feature("b", "batch_size", (1, 8, 32, 128)),
+    Feature("L", "num_kv_indices", (256, 2048, 8192, 32768), den="batch_size"),
+))
+
+
+def region_of(workload: Workload) -> str:
+    return REGIONS.of(workload)
+
+
+def _validate() -> list[Workload]:
+    out = []
+    uniform = [(1, 64), (1, 512), (1, 4096), (1, 16384), (1, 32768), (1, 65536),
+               (4, 2048), (4, 16384), (4, 65536),
+               (16, 512), (16, 4096), (16, 32768),
+               (64, 64), (64, 1024), (64, 8192), (64, 16384),
+               (256, 64), (256, 512), (256, 2048), (256, 8192)]
+    for b, length in uniform:
+        out.append(_lens(f"val_b{b}_l{length}", [length] * b))
+    # Ragged: log-uniform lengths within a batch (mostly short, a few long).
+    for b, lo, hi in [(7, 64, 16384), (32, 64, 8192), (128, 64, 4096), (256, 16, 4096)]:
+        name = f"val_ragged_b{b}_l{lo}-{hi}"
+        out.append(_lens(name, log_spread_lengths(b, lo, hi, stable_generator(name))))
+    # One very long sequence among short ones.
+    out.append(_lens("val_onelong_b8_l65536", [65536] + [128] * 7))
+    out.append(_lens("val_onelong_b32_l32768", [32768] + [96 + 13 * i for i in range(31)]))
+    out.append(_lens("val_onelong_b128_l16384", [16384] + [200] * 127))
+    return out
+
+
 def workload_sets() -> dict[str, list[Workload]]:
     tiny = [
         _workload("tiny_b1_l7", 1, 7, 16),
-        _workload("tiny_b3_l70", 3, 70, 96),
-        _workload("tiny_b2_l131", 2, 131, 150),
+        _lens("tiny_b1_l320", [320]),
+        _lens("tiny_ragged_b3_l300", [300, 0, 17]),
+    ]
+    validate_cpu = [
+        _lens("vcpu_ragged_b3_l301", [5, 301, 0]),
     ]
     # K-Search's five feedback shapes (batch, total KV tokens).
     feedback = [_workload(f"fb_b{b}_t{t}", b, t) for b, t in
@@ -31,7 +101,8 @@ def workload_sets() -> dict[str, list[Workload]]:
     full = ([_workload(f"full_b1_t{t}", 1, t) for t in b1]
             + [_workload(f"full_b16_t{t}", 16, t) for t in b16]
             + [_workload(f"full_b64_t{t}", 64, t) for t in b64])
-    return {"tiny": tiny, "feedback": feedback, "full": full}
+    return {"tiny": tiny, "feedback": feedback, "full": full, "validate": _validate(),
+            "validate_cpu": validate_cpu}
 
 
 def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:

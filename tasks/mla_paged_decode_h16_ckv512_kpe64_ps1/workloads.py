@@ -2,12 +2,34 @@
 
 Every dataset workload uses SGLang's whole token pool as the cache (num_pages = 989,669 rows) and
 sm_scale = 0.1352337747812271. The `tiny` set shrinks num_pages so the CPU interpreter stays fast.
+
+Sets:
+- `tiny` (CPU, what a CPU search selects on): a short sequence; one 400-token sequence, longer than any
+  tile of the catalog (BLOCK_N <= 64) times any plausible per-program chunk on a one-SM schedule; and a
+  ragged batch with one long sequence (330), short ones and an empty one (kv_len 0: output 0, lse -inf,
+  accepted by the reference and the checker).
+- `feedback` (GPU): K-Search's five shapes. `full`: the dataset's 47 axes.
+- `validate` (GPU, held out: a new best must not regress on it). Axes and why:
+  * batch 1, 4, 16, 32, 64, 128, 256: single-request latency, small to large continuous-batching steps
+    (DeepSeek-V3 serving at tp=8 runs decode batches up to a few hundred);
+  * KV length per sequence 64 .. 64k: short chats to DeepSeek's long context; batch 1 at 32k-64k is where
+    a kernel must split one sequence over the whole GPU;
+  * uniform and ragged batches (log-uniform lengths; one very long sequence among short ones).
+  Every workload uses the same 989,669-row pool as the dataset (about 1.1 GB of bf16 per input set), so
+  total KV tokens stay below the pool size (at most ~790k here).
+- `validate_cpu`: the CPU stand-in for `validate` (`eval.validate=auto` on a CPU), disjoint from `tiny`:
+  one long sequence and a ragged batch with a long, an empty and short sequences.
+
+Regions: batch bucket x mean KV length per sequence bucket, from shapes (batch = q_nope.shape[0], mean
+length = kv_indices.shape[0] / batch); see `REGIONS`.
 """
 
 import torch
 
 from ksearch.task import Workload
-from ksearch.task.paged import decode_workload, paged_indices
+from ksearch.task.paged import decode_workload, decode_workload_lens, log_spread_lengths, paged_indices, \
+    stable_generator
+from ksearch.task.regions import Feature, RegionScheme
 
 NUM_QO_HEADS, HEAD_DIM_CKV, HEAD_DIM_KPE = 16, 512, 64
 SM_SCALE = 0.1352337747812271
@@ -18,11 +40,47 @@ def _workload(name: str, batch: int, total: int, num_pages: int = POOL_PAGES) ->
     return decode_workload(name, batch, total, num_pages, SM_SCALE)
 
 
+def _lens(name: str, lens: list[int], num_pages: int = POOL_PAGES) -> Workload:
+    return decode_workload_lens(name, lens, num_pages, SM_SCALE)
+
+
+#: Region = batch bucket x mean KV tokens per sequence bucket (host-side, from shapes only).
+REGIONS = RegionScheme((
+    Feature("b", "batch_size", (1, 8, 32, 128)),
+    Feature("L", "num_kv_indices", (512, 2048, 8192, 32768), den="batch_size"),
+))
+
+
+def region_of(workload: Workload) -> str:
+    return REGIONS.of(workload)
+
+
+def _validate() -> list[Workload]:
+    uniform = [(1, 64), (1, 1024), (1, 8192), (1, 32768), (1, 65536),
+               (4, 4096), (4, 32768),
+               (16, 512), (16, 8192), (16, 32768),
+               (32, 16384),
+               (64, 256), (64, 2048), (64, 8192),
+               (128, 1024), (128, 4096),
+               (256, 64), (256, 512), (256, 3072)]
+    out = [_lens(f"val_b{b}_l{length}", [length] * b) for b, length in uniform]
+    for b, lo, hi in [(7, 64, 16384), (48, 64, 8192), (256, 32, 4096)]:
+        name = f"val_ragged_b{b}_l{lo}-{hi}"
+        out.append(_lens(name, log_spread_lengths(b, lo, hi, stable_generator(name))))
+    out.append(_lens("val_onelong_b16_l65536", [65536] + [256] * 15))
+    out.append(_lens("val_onelong_b64_l32768", [32768] + [100 + 7 * i for i in range(63)]))
+    return out
+
+
 def workload_sets() -> dict[str, list[Workload]]:
     tiny = [
         _workload("tiny_b1_l9", 1, 9, 40),
-        _workload("tiny_b3_l150", 3, 150, 300),
-        _workload("tiny_b5_l97", 5, 97, 200),
+        _lens("tiny_b1_l400", [400], 480),
+        _lens("tiny_ragged_b5_l330", [5, 330, 0, 21, 2], 400),
+    ]
+    validate_cpu = [
+        _lens("vcpu_b1_l301", [301], 360),
+        _lens("vcpu_ragged_b4_l280", [280, 0, 3, 45], 400),
     ]
     # K-Search's five feedback shapes (batch, total KV tokens).
     feedback = [_workload(f"fb_b{b}_t{t}", b, t) for b, t in
@@ -35,7 +93,8 @@ def workload_sets() -> dict[str, list[Workload]]:
     full = ([_workload(f"full_b1_t{t}", 1, t) for t in b1]
             + [_workload(f"full_b16_t{t}", 16, t) for t in b16]
             + [_workload(f"full_b64_t{t}", 64, t) for t in b64])
-    return {"tiny": tiny, "feedback": feedback, "full": full}
+    return {"tiny": tiny, "feedback": feedback, "full": full, "validate": _validate(),
+            "validate_cpu": validate_cpu}
 
 
 def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:

@@ -4,12 +4,37 @@ Every dataset workload is a (total_q, batch, total_kv) triple with num_pages = 9
 token pool) and sm_scale = 0.1352337747812271. Each sequence gets q_len >= 1 and kv_len >= q_len: the
 query tokens are split over the batch, then the cached prefix (total_kv - total_q) is spread on top.
 The `tiny` set shrinks num_pages so the CPU interpreter stays fast.
+
+The definition allows kv_len > q_len (chunked or prefix-cached prefill): query i of a sequence sits at
+KV position kv_len - q_len + i and sees positions <= that (bottom-right causal mask, FlashInfer's
+convention), which the reference implements. It also allows a sequence with no queries (q_len 0).
+
+Sets:
+- `tiny` (CPU, what a CPU search selects on): a short prefill, a batch of three, a 24-token prefill over a
+  330-token KV (longer than any KV tile of the catalog, BLOCK_N <= 64, and six BLOCK_Q tiles of queries),
+  and a ragged batch with one long-prefix decode-like query, short prefills and an empty sequence
+  (q_len 0 and kv_len 0: it owns no output rows).
+- `feedback` (GPU): K-Search's eight shapes. `full`: the dataset's 38 triples.
+- `validate` (GPU, held out: a new best must not regress on it). Axes and why:
+  * total_q 1 .. 16k: a single decode-like query up to a 16k-token prompt (the dataset's largest);
+  * single long sequences (one prompt prefilled at once: q_len = kv_len) and many short ones (a batch of
+    chat turns: 64-256 sequences of 16-64 tokens), which need very different tilings;
+  * KV longer than Q: chunked prefill (a 512-8k chunk over a 32k-64k cached prefix) and decode-like mixes
+    (many 1-token queries over long KV), as SGLang/vLLM schedule them.
+  Every workload uses the dataset's 989,669-row pool; total KV tokens stay below it.
+- `validate_cpu`: the CPU stand-in for `validate` (`eval.validate=auto` on a CPU), disjoint from `tiny`: a
+  chunked prefill over a long prefix and a ragged batch with an empty sequence.
+
+Regions: total_q bucket x (KV tokens per query token) bucket, from shapes (total_q = q_nope.shape[0], total
+KV = kv_indices.shape[0]): fresh prefills have a ratio near 1, chunked prefills and decode-like mixes a
+large one. See `REGIONS`.
 """
 
 import torch
 
 from ksearch.task import Workload
 from ksearch.task.paged import paged_indices, prefix_sums, split_lengths, stable_generator
+from ksearch.task.regions import Feature, RegionScheme
 
 NUM_QO_HEADS, HEAD_DIM_CKV, HEAD_DIM_KPE = 16, 512, 64
 SM_SCALE = 0.1352337747812271
@@ -46,6 +71,59 @@ def _workload(name: str, total_q: int, batch: int, total_kv: int, num_pages: int
     )
 
 
+def _workload_lens(name: str, q_lens: list[int], kv_lens: list[int], num_pages: int = POOL_PAGES) -> Workload:
+    """A prefill workload with these exact per-sequence query and KV lengths (kv_len >= q_len >= 0)."""
+    if len(q_lens) != len(kv_lens) or not q_lens or any(not 0 <= q <= kv for q, kv in zip(q_lens, kv_lens)):
+        raise ValueError(f"{name}: need one (q_len, kv_len) per sequence with 0 <= q_len <= kv_len")
+    if sum(kv_lens) > num_pages:
+        raise ValueError(f"{name}: {sum(kv_lens)} KV tokens do not fit in {num_pages} pages")
+    return Workload(
+        name=name,
+        axes={"total_q": sum(q_lens), "num_pages": num_pages, "len_indptr": len(q_lens) + 1,
+              "num_kv_indices": sum(kv_lens)},
+        params={"q_lens": [int(q) for q in q_lens], "kv_lens": [int(k) for k in kv_lens], "sm_scale": SM_SCALE},
+    )
+
+
+#: Region = total_q bucket x KV tokens per query token bucket (host-side, from shapes only).
+REGIONS = RegionScheme((
+    Feature("q", "total_q", (16, 256, 2048)),
+    Feature("kvq", "num_kv_indices", (1.5, 8), den="total_q"),
+))
+
+
+def region_of(workload: Workload) -> str:
+    return REGIONS.of(workload)
+
+
+def _validate() -> list[Workload]:
+    out = [
+        # single sequences, fresh prefill (q_len == kv_len)
+        _workload_lens("val_single_q128", [128], [128]),
+        _workload_lens("val_single_q1024", [1024], [1024]),
+        _workload_lens("val_single_q4096", [4096], [4096]),
+        _workload_lens("val_single_q16384", [16384], [16384]),
+        # many short sequences
+        _workload_lens("val_many_b64_q16", [16] * 64, [16] * 64),
+        _workload_lens("val_many_b128_q32", [32] * 128, [32 + 7 * (i % 9) for i in range(128)]),
+        _workload_lens("val_many_b256_q64", [64] * 256, [64] * 256),
+        # chunked prefill: a chunk of new tokens over a long cached prefix (KV much longer than Q)
+        _workload_lens("val_chunk_q512_kv65536", [512], [65536]),
+        _workload_lens("val_chunk_q2048_kv34816", [2048], [34816]),
+        _workload_lens("val_chunk_b2_q8192_kv40960", [4096, 4096], [8192, 32768]),
+        _workload_lens("val_chunk_b4_q16384_kv131072", [4096] * 4, [32768] * 4),
+        # decode-like: one query token per sequence (or very few) over long KV
+        _workload_lens("val_decodelike_q1_kv4096", [1], [4096]),
+        _workload_lens("val_decodelike_b64_kv1024", [1] * 64, [1024] * 64),
+        _workload_lens("val_decodelike_b16_kv32768", [2] * 16, [32768] * 16),
+    ]
+    # a serving mix: a long prompt chunk, several short prefills and decode-like queries in one batch
+    q = [2048] + [100 + 31 * i for i in range(7)] + [1] * 24
+    kv = [20000] + [100 + 31 * i for i in range(7)] + [512 + 97 * i for i in range(24)]
+    out.append(_workload_lens("val_mix_b32", q, kv))
+    return out
+
+
 def _name(prefix: str, tq: int, b: int, kv: int) -> str:
     return f"{prefix}_q{tq}_b{b}_kv{kv}"
 
@@ -54,12 +132,17 @@ def workload_sets() -> dict[str, list[Workload]]:
     tiny = [
         _workload("tiny_q5_b1_kv7", 5, 1, 7, 32),
         _workload("tiny_q19_b3_kv40", 19, 3, 40, 96),
-        _workload("tiny_q24_b1_kv90", 24, 1, 90, 160),
-        _workload("tiny_q4_b4_kv90", 4, 4, 90, 160),
+        _workload_lens("tiny_q24_b1_kv330", [24], [330], 400),
+        _workload_lens("tiny_ragged_b4_kv315", [3, 0, 1, 12], [3, 0, 300, 12], 400),
+    ]
+    validate_cpu = [
+        _workload_lens("vcpu_chunk_q9_kv310", [9], [310], 360),
+        _workload_lens("vcpu_ragged_b3_kv290", [0, 4, 2], [0, 270, 20], 360),
     ]
     feedback = [_workload(_name("fb", *t), *t) for t in FEEDBACK_TRIPLES]
     full = [_workload(_name("full", *t), *t) for t in FULL_TRIPLES]
-    return {"tiny": tiny, "feedback": feedback, "full": full}
+    return {"tiny": tiny, "feedback": feedback, "full": full, "validate": _validate(),
+            "validate_cpu": validate_cpu}
 
 
 def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:

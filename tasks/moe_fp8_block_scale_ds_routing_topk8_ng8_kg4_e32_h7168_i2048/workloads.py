@@ -10,6 +10,26 @@ The `tiny` set is for the Triton interpreter on a CPU: the full weights (32 x (4
 fp8, about 1.4 GB) are far too big for it, so tiny workloads shrink hidden/intermediate (H=256, I=128)
 while keeping everything else: 256 experts in 8 groups, top-4 groups, top-8, 32 local experts and
 128-blocks. Those sizes are in `workload.params["const_axes"]`; only tiny workloads override them.
+
+Sets:
+- `tiny` (CPU, what a CPU search selects on): T = 1, 5, 19, plus T = 150 with one "hot" local expert that
+  every token picks except those pushed off the local range (t % 8 == 5), so that expert gets 131 rows: more
+  than the largest M tile of the catalog (block_m <= 128), so a kernel that handles only one M-block per
+  expert fails. The definition has no empty sequence as such (T is the only var axis; T = 0 is an empty
+  call, not a serving shape), but its analogues are covered: tokens with no local expert (every token t
+  with t % 8 == 5 at T >= 6: an all-zero row) and local experts with no tokens (most experts at small T).
+- `feedback` (GPU): K-Search's five T values. `full`: the dataset's 19 (T, offset) pairs.
+- `validate` (GPU, held out: a new best must not regress on it): T from 1 to 16k in roughly x2-x4
+  steps. Why: decode steps (T = 1 .. 256 tokens per rank) are weight-streaming bound, where what matters is
+  reading each active expert's FP8 weights once at full bandwidth; prefill chunks (T = 1k .. 16k) are
+  compute bound (FP8 tensor cores, tile reuse). The crossover around T ~ 256-1024 is where one tiling
+  stops being right. The EP rank (local_expert_offset) varies so routing differs from the feedback set;
+  T = 1 repeats a feedback T (it is the only 1-token shape) with a different rank and routing.
+- `validate_cpu`: the CPU stand-in for `validate` (`eval.validate=auto` on a CPU), disjoint from `tiny`,
+  reduced sizes: T = 3 and T = 150 with a hot expert (a long and a ragged case: one expert with many rows
+  among experts with one or none).
+
+Regions: T bucket (T = routing_logits.shape[0]); see `REGIONS`.
 """
 
 from __future__ import annotations
@@ -22,6 +42,7 @@ import torch
 
 from ksearch.task import Workload
 from ksearch.task.paged import stable_generator
+from ksearch.task.regions import Feature, RegionScheme
 
 NUM_EXPERTS, NUM_LOCAL, BLOCK, TOP_K = 256, 32, 128, 8
 HIDDEN, INTER = 7168, 2048
@@ -36,6 +57,18 @@ FULL_PAIRS = [(1, 32), (7, 192), (14, 0), (15, 32), (16, 224), (32, 32), (52, 16
 FEEDBACK_PAIRS = [(1, 32), (7, 192), (14, 0), (16, 224), (32, 32)]
 TINY_HIDDEN, TINY_INTER = 256, 128
 TINY_PAIRS = [(1, 32), (5, 0), (19, 224)]
+# (T, offset) of the held-out set: T from 1 to 16k, ranks cycling through the eight EP ranks.
+VALIDATE_T = [1, 3, 8, 24, 48, 96, 192, 256, 384, 768, 1536, 3072, 6144, 12288, 16384]
+#: A "hot" local expert gets a logit boost that puts it in the top 8 of every token whose routing keeps
+#: the local group (all but the t % 8 == 5 tokens, whose local range is pushed down).
+HOT_BOOST = 12.0
+
+#: Region = T bucket (host-side: T = routing_logits.shape[0]).
+REGIONS = RegionScheme((Feature("T", "seq_len", (1, 16, 64, 256, 1024, 4096)),))
+
+
+def region_of(workload: Workload) -> str:
+    return REGIONS.of(workload)
 
 
 def _const_axes(hidden: int, inter: int) -> dict[str, int]:
@@ -44,18 +77,27 @@ def _const_axes(hidden: int, inter: int) -> dict[str, int]:
             "num_gemm1_out_blocks": 2 * inter // BLOCK}
 
 
-def _workload(name: str, seq_len: int, offset: int, *, hidden: int = HIDDEN, inter: int = INTER) -> Workload:
+def _workload(name: str, seq_len: int, offset: int, *, hidden: int = HIDDEN, inter: int = INTER,
+              hot_expert: int | None = None) -> Workload:
     params = {"local_expert_offset": offset, "routed_scaling_factor": ROUTED_SCALING_FACTOR}
+    if hot_expert is not None:
+        params["hot_expert"] = int(hot_expert)
     if (hidden, inter) != (HIDDEN, INTER):
         params["const_axes"] = _const_axes(hidden, inter)
     return Workload(name=name, axes={"seq_len": seq_len}, params=params)
 
 
 def workload_sets() -> dict[str, list[Workload]]:
-    tiny = [_workload(f"tiny_t{t}_off{o}", t, o, hidden=TINY_HIDDEN, inter=TINY_INTER) for t, o in TINY_PAIRS]
+    small = dict(hidden=TINY_HIDDEN, inter=TINY_INTER)
+    tiny = [_workload(f"tiny_t{t}_off{o}", t, o, **small) for t, o in TINY_PAIRS]
+    tiny.append(_workload("tiny_t150_off64_hot3", 150, 64, hot_expert=3, **small))
     feedback = [_workload(f"fb_t{t}_off{o}", t, o) for t, o in FEEDBACK_PAIRS]
     full = [_workload(f"full_t{t}_off{o}", t, o) for t, o in FULL_PAIRS]
-    return {"tiny": tiny, "feedback": feedback, "full": full}
+    validate = [_workload(f"val_t{t}_off{32 * ((i * 3 + 2) % 8)}", t, 32 * ((i * 3 + 2) % 8))
+                for i, t in enumerate(VALIDATE_T)]
+    validate_cpu = [_workload("vcpu_t3_off160", 3, 160, **small),
+                    _workload("vcpu_t150_off96_hot30", 150, 96, hot_expert=30, **small)]
+    return {"tiny": tiny, "feedback": feedback, "full": full, "validate": validate, "validate_cpu": validate_cpu}
 
 
 def sizes(workload: Workload) -> tuple[int, int]:
@@ -65,7 +107,7 @@ def sizes(workload: Workload) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=64)
-def _routing(name: str, seq_len: int, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _routing(name: str, seq_len: int, offset: int, hot_expert: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Routing logits [T, 256] fp32 and bias [256] bf16 on the CPU, fixed per workload.
 
     Plain N(0, 1) logits would give this rank about one expert in 32 per token, and many small
@@ -82,6 +124,8 @@ def _routing(name: str, seq_len: int, offset: int) -> tuple[torch.Tensor, torch.
     boost[0] = 1.5
     boost[5::8] = -4.0
     logits[:, offset:offset + NUM_LOCAL] += boost
+    if hot_expert is not None:          # one local expert in every token's top 8 (many rows for one expert)
+        logits[:, offset + hot_expert] += HOT_BOOST
     bias = (0.03 * torch.randn(NUM_EXPERTS, generator=gen, dtype=torch.float32)).to(torch.bfloat16)
     return logits, bias
 
@@ -107,7 +151,7 @@ def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:
     hidden, inter = sizes(workload)
     gen = torch.Generator(device=device).manual_seed(seed)
 
-    logits, bias = _routing(workload.name, seq_len, offset)
+    logits, bias = _routing(workload.name, seq_len, offset, workload.params.get("hot_expert"))
 
     # Activations: bf16 values, quantised per (token, 128 columns); the scale is stored transposed.
     act = (torch.randn(seq_len, hidden, generator=gen, device=device) * _block_factor(seq_len, hidden, 1, gen, device))
@@ -153,7 +197,7 @@ def _reference_module():
 def active_local_experts(workload: Workload) -> int:
     """How many local experts get at least one token (the routing is fixed per workload)."""
     offset = int(workload.params["local_expert_offset"])
-    logits, bias = _routing(workload.name, workload.axes["seq_len"], offset)
+    logits, bias = _routing(workload.name, workload.axes["seq_len"], offset, workload.params.get("hot_expert"))
     ids, _ = _reference_module().route(logits, bias, ROUTED_SCALING_FACTOR)
     local = ids[(ids >= offset) & (ids < offset + NUM_LOCAL)]
     return int(torch.unique(local).numel())
