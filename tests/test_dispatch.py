@@ -133,7 +133,7 @@ class RegionalEvaluator(ScriptedEvaluator):
 
 
 def _run(path, ev, validate="auto"):
-    cfg = OmegaConf.merge(OmegaConf.structured(Config), {"search": {"max_rounds": 8}, "eval": {"validate": validate}})
+    cfg = OmegaConf.merge(OmegaConf.structured(Config), {"search": {"max_rounds": 14}, "eval": {"validate": validate}})
     run = RunDir(path)
     if not run.exists():
         run.create(OmegaConf.to_yaml(cfg))
