@@ -78,6 +78,14 @@ def _storage(t: Any) -> int | None:
     return t.untyped_storage().data_ptr()
 
 
+def _runtime_error(e: BaseException) -> dict[str, Any]:
+    """The reply for an exception the candidate's code raised (out of memory named as such)."""
+    oom = isinstance(e, (torch.OutOfMemoryError, MemoryError))
+    return {"ok": False, "status": "RUNTIME_ERROR",
+            "message": f"{type(e).__name__}{' (out of memory)' if oom else ''}: {e}"[:1500],
+            "log": traceback.format_exc()[-6000:]}
+
+
 def _outputs(k: _Kernel, raw: Any) -> list[Any]:
     from ksearch.eval.rules import normalize_outputs
 
@@ -190,10 +198,7 @@ def _call(k: _Kernel, conn: Any) -> None:
     except BaseException as e:      # noqa: BLE001
         if isinstance(e, KeyboardInterrupt):
             raise
-        oom = isinstance(e, (torch.OutOfMemoryError, MemoryError))
-        wire.send(conn, {"ok": False, "status": "RUNTIME_ERROR",
-                         "message": f"{type(e).__name__}{' (out of memory)' if oom else ''}: {e}"[:1500],
-                         "log": traceback.format_exc()[-6000:]})
+        wire.send(conn, _runtime_error(e))
         return
     diag: dict[str, str] = {}
     names = k.task.definition.input_names
@@ -314,10 +319,7 @@ def _serve(k: _Kernel, conn: Any) -> None:
         except BaseException as e:  # noqa: BLE001 - candidate code may raise anything
             if isinstance(e, KeyboardInterrupt):
                 raise
-            oom = isinstance(e, (torch.OutOfMemoryError, MemoryError))
-            wire.send(conn, {"ok": False, "status": "RUNTIME_ERROR",
-                             "message": f"{type(e).__name__}{' (out of memory)' if oom else ''}: {e}"[:1500],
-                             "log": traceback.format_exc()[-6000:]})
+            wire.send(conn, _runtime_error(e))
 
 
 def main(conn: Any, payload: dict[str, Any]) -> None:

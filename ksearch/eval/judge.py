@@ -244,28 +244,24 @@ class Judge:
         c.prev_outputs = outs
         return ms
 
-    def timing_sets(self, w: Workload) -> int:
-        """How many input sets the timed calls rotate over: up to TIMING_SETS within a memory budget."""
+    def _bytes(self, specs: list[Any], w: Workload) -> int:
         axes = {**self.task.definition.const_axes(), **w.axes}
         total = 0
-        for spec in self.task.definition.inputs:
-            try:
-                n = math.prod(spec.concrete_shape(axes)) if not spec.is_scalar else 1
-                total += n * torch.empty((), dtype=spec.torch_dtype).element_size()
-            except (KeyError, ValueError, AttributeError):
-                pass
-        return max(2, min(TIMING_SETS, TIMING_SET_BYTES // max(total, 1)))
-
-    def output_bytes(self, w: Workload) -> int:
-        axes = {**self.task.definition.const_axes(), **w.axes}
-        total = 0
-        for spec in self.task.definition.outputs:
+        for spec in specs:
             try:
                 n = math.prod(spec.concrete_shape(axes)) if not spec.is_scalar else 1
                 total += n * torch.empty((), dtype=spec.torch_dtype).element_size()
             except (KeyError, ValueError, AttributeError):
                 pass
         return total
+
+    def timing_sets(self, w: Workload) -> int:
+        """How many input sets the timed calls rotate over: up to TIMING_SETS within a memory budget."""
+        total = self._bytes(self.task.definition.inputs, w)
+        return max(2, min(TIMING_SETS, TIMING_SET_BYTES // max(total, 1)))
+
+    def output_bytes(self, w: Workload) -> int:
+        return self._bytes(self.task.definition.outputs, w)
 
     def time_gpu(self, c: _Cand, w: Workload) -> None:
         """GPU time (graph replay, judge's clock) and call latency (eager loop, judge's clock); outputs checked."""
