@@ -34,7 +34,10 @@ def _lines(run: Path) -> int:
 
 
 @pytest.mark.slow
-def test_twenty_kills_then_resume_match_an_uninterrupted_replay(tmp_path):
+KILLS = 10          # each kill lands at a random point; ten keep the suite inside CI's budget
+
+
+def test_ten_kills_then_resume_match_an_uninterrupted_replay(tmp_path):
     rounds = "search.max_rounds=6"
     recording = tmp_path / "recording"
     subprocess.run(CLI + ["run", f"run.dir={recording}", rounds, "run.live=false"], env=ENV, check=True,
@@ -52,7 +55,7 @@ def test_twenty_kills_then_resume_match_an_uninterrupted_replay(tmp_path):
         args = ["resume", str(killed)] if (killed / "journal.jsonl").exists() else first
         proc = subprocess.Popen(CLI + args, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 start_new_session=True)
-        if kills < 20:
+        if kills < KILLS:
             # kill once the journal has grown by a random few records (or at a random moment of start-up)
             start, grow = _lines(killed), rng.randint(0, 3)
             deadline = time.time() + 120
@@ -67,7 +70,7 @@ def test_twenty_kills_then_resume_match_an_uninterrupted_replay(tmp_path):
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err.decode()[-2000:]
         break
-    assert kills == 20
+    assert kills == KILLS
     assert _decisions(killed) == _decisions(straight) and _lines(killed) == total
     recs = read_journal(killed / "journal.jsonl")[0]
     evals = [r["key"] for r in recs if r["kind"] == "evaluation"]

@@ -237,7 +237,7 @@ def test_every_family_passes_tiny_through_the_evaluator(task):
 @pytest.mark.parametrize("family,tactic,settings", _tactics(), ids=lambda v: v if isinstance(v, str) else "")
 def test_tactics_match_reference_under_interpreter(task, tiny, family, tactic, settings):
     run = load_entry_point(_catalog(task).render(family, settings), name_hint=f"trimul_{family}_{tactic}")
-    for w, inp, ref in (tiny[0], tiny[-1]):
+    for w, inp, ref in (tiny[-1],):        # the masked Cauchy case with a ragged S (the defaults see them all)
         result = _rule(task, run(**inp), ref)
         assert result.passed, (family, tactic, w.name, result.message)
 
