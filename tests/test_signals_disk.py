@@ -96,7 +96,7 @@ def test_a_full_disk_in_a_run_ends_with_one_line_and_resume_finishes(tmp_path, m
     real_append = Journal._append
 
     def fills_up(self, record):
-        if not self.recorded and record["seq"] >= 5:     # the sixth record of a fresh run does not fit
+        if not self.recorded and self._seq >= 5:     # the sixth record of a fresh run does not fit
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
         return real_append(self, record)
 

@@ -160,8 +160,7 @@ def test_make_inputs_are_deterministic_and_follow_the_definition(task):
 
 def test_flops_and_traffic(task):
     w = task.workload_set("benchmark")[6]                                  # S=1024, B=1, D=384
-    mod = task.workloads_module
-    assert mod.flops(w) == 2 * 1024 ** 3 * 128 + 2 * 1024 ** 2 * 384 * 128 * 6
+    assert task.flops(w) == 2 * 1024 ** 3 * 128 + 2 * 1024 ** 2 * 384 * 128 * 6
     assert task.traffic_bytes(w) > 2 * 4 * 1024 ** 2 * 384
 
 

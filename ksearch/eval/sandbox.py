@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import time
 import weakref
 from dataclasses import dataclass
@@ -156,6 +157,12 @@ class OutputCapture:
         return text + tail.decode("utf-8", "replace"), total
 
 
+# The worker asks to die with its parent (PR_SET_PDEATHSIG), which Linux ties to the *thread* that forked
+# it: a worker started from a short-lived thread (a parallel search's cycle) would die with that thread.
+# So every worker is started from this one thread, which lives as long as the process.
+_LAUNCHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ksearch-worker-launcher")
+
+
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -187,10 +194,10 @@ class WorkerProcess:
         config = {"fd": child_sock.fileno(), "parent": os.getpid(), "interpret": interpret,
                   "memory_limit": memory_limit_bytes}
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", "from ksearch.eval.worker import main; main()", json.dumps(config)],
-                stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, pass_fds=(child_sock.fileno(),),
-                start_new_session=True, env=env, close_fds=True)
+            argv = [sys.executable, "-c", "from ksearch.eval.worker import main; main()", json.dumps(config)]
+            self.proc = _LAUNCHER.submit(lambda: subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, pass_fds=(child_sock.fileno(),),
+                start_new_session=True, env=env, close_fds=True)).result()
         finally:
             os.close(write_fd)
             child_sock.close()

@@ -25,10 +25,10 @@ def _workloads():
 
 
 @functools.lru_cache(maxsize=256)
-def _local_routing(name: str, seq_len: int, offset: int, scaling: float) -> tuple[int, int]:
+def _local_routing(name: str, seq_len: int, offset: int, scaling: float, hot: int | None) -> tuple[int, int]:
     """(local token-expert pairs, local experts with at least one token) of the workload's fixed routing."""
     wl = _workloads()
-    logits, bias = wl._routing(name, seq_len, offset)
+    logits, bias = wl._routing(name, seq_len, offset, hot)
     ids, _ = wl._reference_module().route(logits, bias, scaling)
     local = ids[(ids >= offset) & (ids < offset + NUM_LOCAL)]
     return int(local.numel()), int(local.unique().numel())
@@ -37,7 +37,7 @@ def _local_routing(name: str, seq_len: int, offset: int, scaling: float) -> tupl
 def _routing_counts(workload: Workload) -> tuple[int, int]:
     p = workload.params
     return _local_routing(workload.name, workload.axes["seq_len"], int(p["local_expert_offset"]),
-                          float(p["routed_scaling_factor"]))
+                          float(p["routed_scaling_factor"]), p.get("hot_expert"))
 
 
 def traffic_bytes(workload: Workload) -> int:
