@@ -140,7 +140,10 @@ def resolve_eval(cfg: DictConfig, task: Any) -> tuple[str, str, list[Any], Any]:
     settings = EvalSettings(device=device, timeout_s=cfg.eval.timeout_s,
                             warmup=cfg.eval.warmup if on_gpu else cfg.eval.cpu_warmup,
                             iterations=cfg.eval.iterations if on_gpu else cfg.eval.cpu_iterations,
-                            run_seed=cfg.run.seed, trials=cfg.eval.trials, check_trials=cfg.eval.check_trials,
+                            run_seed=cfg.run.seed,
+                            # on a CPU the checked calls are the timing samples: no extra interpreted calls
+                            trials=cfg.eval.trials if on_gpu else min(cfg.eval.trials, cfg.eval.check_trials),
+                            check_trials=cfg.eval.check_trials,
                             static_checks=cfg.eval.static_checks)
     return device, set_name, workloads, settings
 

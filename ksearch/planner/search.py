@@ -247,7 +247,10 @@ class Search:
     def _consider_best(self, report: EvalReport, solution_id: str, node_id: str, round_index: int) -> None:
         self.incumbent.consider(report, solution_id, node_id, round_index,
                                 margin=self.cfg.search.improvement_margin,
-                                remeasure_ties=self.cfg.eval.remeasure_near_ties, have_code=self.codes.__contains__)
+                                # on a CPU the interpreter's times only order kernels: a side-by-side
+                                # re-measurement there costs more than it can tell
+                                remeasure_ties=self.cfg.eval.remeasure_near_ties and self.device.startswith("cuda"),
+                                have_code=self.codes.__contains__)
 
     # ---- set-up ---------------------------------------------------------------------------------------
     def _setup(self) -> None:
