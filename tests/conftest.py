@@ -1,5 +1,11 @@
+import os
+
 import pytest
 import torch
+
+# The tests never reach the network: litellm must not try to fetch its price list when a test imports it
+# directly (ksearch's own import path sets the same default).
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -33,10 +33,10 @@ def _lines(run: Path) -> int:
     return p.read_bytes().count(b"\n") if p.exists() else 0
 
 
-@pytest.mark.slow
 KILLS = 10          # each kill lands at a random point; ten keep the suite inside CI's budget
 
 
+@pytest.mark.slow
 def test_ten_kills_then_resume_match_an_uninterrupted_replay(tmp_path):
     rounds = "search.max_rounds=6"
     recording = tmp_path / "recording"

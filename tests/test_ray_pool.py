@@ -45,14 +45,17 @@ def test_parallel_search_on_a_local_ray_cluster_finishes_and_leaves_nothing_runn
     cfg = compose_config([f"run.dir={run_dir}", "run.live=false", "search.max_rounds=3", "search.parallel=2",
                           "eval.pool=ray", "eval.device=cpu"])
     out = execute(cfg, run_dir, fresh=True)
-    assert out.evaluations == 3 and out.best is not None
+    assert out.best is not None
     (p,) = pools
     assert isinstance(p, pool_mod.RayPool) and len(p.devices) == 2
     assert not ray.is_initialized()                      # the cluster this run started is shut down
     assert p.pids and not [pid for pid in p.pids if _alive(pid)], "an actor or evaluator worker outlived the run"
     recs = read_journal(run_dir / "journal.jsonl")[0]
     assert [r["seq"] for r in recs] == list(range(len(recs)))
-    assert len({r["cycle"] for r in recs if r["kind"] == "evaluation"}) >= 2
+    rounds = [r for r in recs if r["kind"] == "evaluation" and r.get("cycle") is not None]
+    assert len(rounds) == 3                              # one per round; a final dispatch evaluation may follow
+    assert out.evaluations in (3, 4)
+    assert len({r["cycle"] for r in rounds}) >= 2
 
 
 @pytest.mark.slow
