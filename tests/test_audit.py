@@ -108,7 +108,7 @@ REFUSED = {
         import subprocess
         def run():
             subprocess.run(["gcc", "--version"])
-    ''', "may only be started by triton"),
+    ''', "may only be started by the toolchain's own code"),
     "os_system": ('''
         import os
         def run():
@@ -309,6 +309,63 @@ def test_the_toolchain_may_be_started_by_torch_extension_code(server, tmp_path):
             return cpp_extension.check_compiler_ok_for_platform("c++")
     ''')
     assert kind == "ok" and message == "True" and violations == [], (message, violations)
+
+
+def test_what_triton_starts_for_its_cache_key_is_allowed(server, tmp_path):
+    """The GPU's call path: triton's build cache key calls platform.architecture(), which starts `file`.
+
+    On the H200 this refused every candidate (INCORRECT_TAMPERING); the process is triton's, so it runs."""
+    kind, message, violations, _ = judge(server, tmp_path, '''
+        from triton.runtime import build
+        def run():
+            build.platform_key.cache_clear()
+            return build.platform_key()
+    ''')
+    assert kind == "ok" and violations == [], (message, violations)
+    assert "Linux" in message
+
+
+def test_the_same_probe_asked_by_the_candidate_is_refused(server, tmp_path):
+    """platform.architecture() swallows the refusal (an OSError), but the violation is on record."""
+    kind, message, violations, _ = judge(server, tmp_path, '''
+        import platform
+        def run():
+            return platform.architecture("/bin/true")
+    ''')
+    assert any("may only be started by the toolchain's own code" in v and "'file'" in v for v in violations), \
+        (kind, message, violations)
+
+
+STEERED = {
+    # The toolchain is asked, but pointed at a program that runs what the candidate hands it.
+    "shell_as_compiler": ('''
+        from torch.utils import cpp_extension
+        def run():
+            return cpp_extension.check_compiler_ok_for_platform("/bin/sh")
+    ''', "command interpreters"),
+    "python_as_compiler": ('''
+        import sys
+        from torch.utils import cpp_extension
+        def run():
+            return cpp_extension.check_compiler_ok_for_platform(sys.executable)
+    ''', "command interpreters"),
+    "program_written_to_scratch": ('''
+        import os, shutil
+        from torch.utils import cpp_extension
+        def run():
+            shutil.copyfile("/bin/true", "mycc")
+            os.chmod("mycc", 0o755)
+            return cpp_extension.check_compiler_ok_for_platform(os.path.abspath("mycc"))
+    ''', "inside the scratch directory"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STEERED))
+def test_a_steered_toolchain_is_refused(server, tmp_path, name):
+    source, expected = STEERED[name]
+    kind, message, violations, _ = judge(server, tmp_path, source)
+    assert kind == "refused" and expected in message, (kind, message)
+    assert any(expected in v for v in violations), violations
 
 
 def test_nothing_was_written_outside(tmp_path):

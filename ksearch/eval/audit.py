@@ -10,9 +10,15 @@ hook refuses, by raising PermissionError("ksearch-audit: refused <operation>: <w
   file descriptor (an os.open(..., dir_fd=) trick would otherwise dodge the path check);
 - sockets: any connect, bind, sendto/sendmsg, name lookup, and creating a non-AF_UNIX socket;
 - subprocesses and fork: os.system, os.fork/forkpty, pty.spawn always; subprocess.Popen, os.exec*,
-  os.posix_spawn, os.spawn* unless the executable (resolved, normalised basename) is in `allow_exec` and
-  the call comes from the toolchain's own code (triton, torch.utils.cpp_extension, torch._inductor,
-  ksearch.instantiate.cuda); signals to other processes (os.kill, os.killpg, signal.pthread_kill);
+  os.posix_spawn, os.spawn* are decided by *who asks*, not by the program's name: allowed when the code
+  that starts the process (the first frame outside the standard library) is the toolchain's own
+  (triton, torch.utils.cpp_extension, torch._inductor, ksearch.instantiate.cuda), so whatever those start
+  for compiling or probing works (ptxas, cc, ldconfig, and `file` from platform.architecture() inside
+  triton's cache key); refused when candidate code asks, even for a compiler. Two kinds of program are
+  refused whoever asks, because starting them hands control to whatever the candidate wrote: a program
+  inside a writable directory (the scratch folder), and a command interpreter (`INTERPRETERS`: shells,
+  script runtimes, launchers such as env/xargs), which is what a steered toolchain would be pointed at;
+  signals to other processes (os.kill, os.killpg, signal.pthread_kill);
 - ctypes and cffi (dlopen, dlsym, foreign calls, raw memory access) unless the call comes from a library
   (torch, triton, numpy... in site-packages);
 - frame and gc introspection from candidate code: sys._getframe, sys._current_frames,
@@ -60,9 +66,14 @@ from typing import Any
 
 PREFIX = "ksearch-audit: refused"
 
-DEFAULT_ALLOW_EXEC = ("ptxas", "cuobjdump", "nvdisasm", "nvlink", "fatbinary", "nvcc", "cicc", "cc", "gcc", "g++",
-                      "c++", "clang", "clang++", "ld", "ld.bfd", "ld.gold", "ld.lld", "ninja", "ldconfig", "which",
-                      "whereis", "uname")
+# Programs that run code handed to them (a script, a command line): never started in a candidate's process,
+# whoever asks, since a toolchain steered by the candidate (CC=..., TRITON_PTXAS_PATH=...) would start them.
+INTERPRETERS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "csh", "tcsh", "fish", "busybox", "toybox",
+                          "env", "xargs", "nohup", "setsid", "timeout", "nice", "ionice", "taskset", "chroot",
+                          "unshare", "nsenter", "sudo", "su", "script", "expect", "python", "perl",
+                          "ruby", "node", "nodejs", "lua", "luajit", "php", "tclsh", "wish", "awk", "gawk",
+                          "mawk", "sed", "find", "make", "gdb", "cuda-gdb", "strace", "ltrace", "ssh", "scp",
+                          "curl", "wget", "nc", "socat"})
 # Code (site-packages-relative or ksearch-relative paths) that may start the allowed toolchain.
 EXEC_ORIGINS = ("triton/", "torch/utils/cpp_extension.py", "torch/_inductor/", "torch/utils/_cpp_extension",
                 "ksearch/instantiate/cuda.py")
@@ -75,7 +86,6 @@ class AuditPolicy:
     """What the hook allows in one candidate's process (picklable: the fork server passes it on)."""
 
     scratch_dir: str
-    allow_exec: tuple[str, ...] = DEFAULT_ALLOW_EXEC
     candidate_prefixes: tuple[str, ...] = ()     # more places candidate code is loaded from
     writable: tuple[str, ...] = ()               # more directories writes may go to (the scratch dir always)
     exec_origins: tuple[str, ...] = EXEC_ORIGINS
@@ -84,11 +94,10 @@ class AuditPolicy:
 _installed = False
 
 
-def install(scratch_dir: str | os.PathLike[str], allow_exec: list[str] | tuple[str, ...] = DEFAULT_ALLOW_EXEC,
-            candidate_prefixes: list[str] | tuple[str, ...] = (), writable: list[str] | tuple[str, ...] = ()) -> None:
+def install(scratch_dir: str | os.PathLike[str], candidate_prefixes: list[str] | tuple[str, ...] = (),
+            writable: list[str] | tuple[str, ...] = ()) -> None:
     """Install the hook for this process (once; a second call raises RuntimeError)."""
-    install_policy(AuditPolicy(os.fspath(scratch_dir), tuple(allow_exec), tuple(candidate_prefixes),
-                               tuple(writable)))
+    install_policy(AuditPolicy(os.fspath(scratch_dir), tuple(candidate_prefixes), tuple(writable)))
 
 
 def preload_for_hook() -> None:
@@ -127,6 +136,11 @@ def normalise_exe(name: str) -> str:
     return _VERSION.sub("", _TRIPLET.sub("", base))
 
 
+def _unversioned(path: str) -> str:
+    """/usr/bin/python3.12 -> python, perl5.36 -> perl: the interpreter check ignores version suffixes."""
+    return re.sub(r"[\d.]+$", "", normalise_exe(path)) or normalise_exe(path)
+
+
 def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps its state out of reach)
     import shutil
     import socket as socket_module
@@ -153,7 +167,6 @@ def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps it
                 site_set.add(root)
     site = tuple(site_set)
     harness = (_real(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),)   # the ksearch package
-    allow_exec = frozenset(policy.allow_exec)
     exec_origins = policy.exec_origins
     lookthrough_files = {"inspect.py", "traceback.py", "bdb.py", "pdb.py", "trace.py", "profile.py",
                          "cProfile.py", "threading.py", "doctest.py"}
@@ -190,9 +203,13 @@ def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps it
         kinds[filename] = k
         return k
 
+    # Longest first: a checkout on sys.path (PYTHONPATH=., an editable install) can hold a venv's site-packages,
+    # and the path relative to the innermost root is the one that names the package (triton/...).
+    library_roots = tuple(sorted(site + tuple(os.path.dirname(h) for h in harness), key=len, reverse=True))
+
     def rel_to_site(filename: str) -> str:
         p = _real(filename)
-        for root in site + tuple(os.path.dirname(h) for h in harness):
+        for root in library_roots:
             if p.startswith(root + os.sep):
                 return p[len(root) + 1:]
         return p
@@ -301,15 +318,17 @@ def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps it
         elif event == "os.spawn":
             exe = args[1]
         name = os.fsdecode(exe) if isinstance(exe, (str, bytes)) else str(exe)
-        resolved = shutil.which(name) if os.sep not in name else name
-        base = normalise_exe(os.path.realpath(resolved)) if resolved else ""
-        if base not in allow_exec:
-            refuse(f"starting a process ({event} {name!r})", "only the compiler toolchain may be started "
-                                                             f"({', '.join(sorted(allow_exec))})")
+        what = f"starting a process ({event} {name!r})"
         kind, fn = capability_origin()
         if kind not in ("library", "harness") or not rel_to_site(fn).startswith(exec_origins):
-            refuse(f"starting a process ({event} {name!r})", "toolchain processes may only be started by "
-                                                             "triton or torch's extension builder")
+            refuse(what, "processes may only be started by the toolchain's own code (triton, torch's extension "
+                         "builder), not by the candidate")
+        resolved = shutil.which(name) if os.sep not in name else name
+        real = _real(resolved) if resolved else ""
+        if real and _under(real, writable):
+            refuse(what, "a program inside the scratch directory is the candidate's, whoever starts it")
+        if {_unversioned(real or name), _unversioned(name)} & INTERPRETERS:
+            refuse(what, "command interpreters run whatever they are handed; the toolchain never needs one")
 
     def on_event(event: str, args: tuple[Any, ...]) -> None:
         if event == "open":
