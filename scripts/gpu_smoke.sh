@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The GPU path, end to end, in one command (issue 20). Run it on the H200 before submitting any change to
+# ksearch/eval, ksearch/instantiate, ksearch/task or tasks/:
+#
+#   bash scripts/gpu_smoke.sh LOGDIR            # on the device machine: bash scripts/gpu_smoke.sh $OUT
+#
+# Steps, each with a time limit, each logged to LOGDIR/<step>.log as it runs:
+#   env       GPU, driver, torch / triton / flashinfer versions
+#   peaks     copy bandwidth, bf16 and fp8 matmul rates as ksearch measures them, beside an independent
+#             measurement in the same process (scripts/peaks_check.py: copy within 5%, matmuls within 10%)
+#   run_TASK  a 6-round `ksearch run` of each of the five tasks on its GPU default set; each must end with
+#             a PASSED best (scripts/run_summary.py also prints evaluations/min and validation cost)
+#   selfcheck `ksearch bench --self-check` on GQA decode's feedback set: the same kernel twice within 3%
+#   pytest    every `-m gpu` test
+# It exits non-zero when any step fails and names the failed steps on its last line. The summary is
+# LOGDIR/summary.txt; run directories come back as LOGDIR/runs.tgz.
+#
+# Where ../.gpu (the offline bundle, ../shared/gpu/bundle.sh) is present it is activated. A FlashInfer JIT
+# cache from an earlier call (.gpu/fi_cache.tgz, carried with .gpu) is unpacked first and a fresh one is
+# written to LOGDIR/fi_cache.tgz, so later calls skip the ~20-30 s JIT build of each module.
+# SMOKE_STEPS="peaks run_gqa ..." runs a subset; SMOKE_ROUNDS changes the 6 rounds.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOG=${1:?usage: gpu_smoke.sh LOGDIR}
+mkdir -p "$LOG"
+[ -f .gpu/activate.sh ] && source .gpu/activate.sh .gpu
+[ -f .gpu/fi_cache.tgz ] && mkdir -p ~/.cache && tar xzf .gpu/fi_cache.tgz -C ~/.cache 2>/dev/null
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+ROUNDS=${SMOKE_ROUNDS:-6}
+RUNS=/tmp/smoke_runs; rm -rf $RUNS; mkdir -p $RUNS
+T0=$(date +%s)
+failed=()
+summary() { echo "$*" | tee -a "$LOG/summary.txt"; }
+wanted() { [ -z "${SMOKE_STEPS:-}" ] || [[ " $SMOKE_STEPS " == *" $1 "* ]]; }
+
+# step NAME LIMIT_S CMD...: run CMD with a time limit, its output in LOG/NAME.log, one summary line.
+step() {
+  local name=$1 limit=$2; shift 2
+  wanted "$name" || return 0
+  local t=$(date +%s)
+  timeout --kill-after=10 "$limit" "$@" > "$LOG/$name.log" 2>&1
+  local rc=$?
+  local dt=$(( $(date +%s) - t ))
+  if [ $rc -eq 0 ]; then summary "ok    $name (${dt}s)"
+  else
+    [ $rc -eq 124 ] && summary "FAIL  $name: over its ${limit}s limit" || summary "FAIL  $name: exit $rc (${dt}s)"
+    failed+=("$name"); tail -15 "$LOG/$name.log" | sed 's/^/      /'
+  fi
+}
+
+: > "$LOG/summary.txt"
+summary "gpu_smoke at $(git rev-parse --short HEAD 2>/dev/null || echo '?') $(git diff --quiet 2>/dev/null || echo '(uncommitted changes)') on $(date -u +%FT%TZ)"
+step env 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv,noheader &&
+  python3 -c "import sys,torch,triton,flashinfer; print(sys.version.split()[0], torch.__version__, triton.__version__, flashinfer.__version__)"'
+cat "$LOG/env.log" | sed 's/^/      /'
+step peaks 120 python3 scripts/peaks_check.py --json "$LOG/peaks.json"
+sed -n '1,6p' "$LOG/peaks.log" | sed 's/^/      /'
+
+declare -A TASKS=([gqa]=gqa_paged_decode_h32_kv4_d128_ps1 [mla_decode]=mla_paged_decode_h16_ckv512_kpe64_ps1
+                  [trimul]=trimul_outgoing_h128 [moe]=moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048
+                  [prefill]=mla_paged_prefill_causal_h16_ckv512_kpe64_ps1)
+declare -A LIMITS=([gqa]=110 [mla_decode]=100 [trimul]=100 [moe]=120 [prefill]=120)
+for key in gqa mla_decode trimul moe prefill; do
+  step "run_$key" "${LIMITS[$key]}" python3 -m ksearch run task=${TASKS[$key]} search.max_rounds=$ROUNDS \
+    run.dir=$RUNS/$key run.live=false
+  if wanted "run_$key"; then
+    python3 scripts/run_summary.py $RUNS/$key > "$LOG/run_${key}_summary.log" 2>&1 ||
+      { [[ " ${failed[*]} " == *" run_$key "* ]] || failed+=("run_$key"); }
+    summary "      $(head -1 "$LOG/run_${key}_summary.log")"
+  fi
+done
+
+if wanted selfcheck; then
+  sol=$RUNS/gqa/best/solution.py
+  [ -f "$sol" ] || sol=$(ls $RUNS/gqa/solutions/*.py 2>/dev/null | head -1)
+fi
+step selfcheck 100 python3 -m ksearch bench task=gqa_paged_decode_h32_kv4_d128_ps1 eval.workloads=feedback \
+  --solution "${sol:-missing}" --self-check --out "$LOG/selfcheck.json"
+if wanted selfcheck && [ -f "$LOG/selfcheck.json" ]; then
+  python3 -c "import json,sys; c=json.load(open('$LOG/selfcheck.json'))['self_check']; print(c['message']); sys.exit(0 if c['within_tolerance'] else 1)" \
+    > "$LOG/selfcheck_verdict.log" 2>&1 || { [[ " ${failed[*]} " == *" selfcheck "* ]] || failed+=("selfcheck"); }
+  summary "      $(cat "$LOG/selfcheck_verdict.log")"
+fi
+
+step pytest 200 python3 -m pytest -q -m gpu -p no:cacheprovider -x tests
+tail -3 "$LOG/pytest.log" | sed 's/^/      /'
+
+tar czf "$LOG/runs.tgz" -C $RUNS . 2>/dev/null
+if [ -d ~/.cache/flashinfer ]; then
+  tar czf /tmp/fi_cache.tgz -C ~/.cache flashinfer 2>/dev/null &&
+    [ "$(stat -c %s /tmp/fi_cache.tgz)" -lt 15000000 ] && cp /tmp/fi_cache.tgz "$LOG/fi_cache.tgz"
+fi
+summary "total $(( $(date +%s) - T0 ))s"
+if [ ${#failed[@]} -gt 0 ]; then
+  summary "gpu_smoke: FAILED: ${failed[*]}"
+  exit 1
+fi
+summary "gpu_smoke: all steps passed"

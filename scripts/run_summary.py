@@ -1,0 +1,73 @@
+"""One line per run directory for the GPU smoke: did the run end with a PASSED best, how fast did it go.
+
+    PYTHONPATH=. python3 scripts/run_summary.py RUN_DIR [RUN_DIR ...]
+
+Reads only the run's journal and best/report.json. Per run: the task, evaluations and wall time
+(evaluations per minute), the best's status and score, and what a held-out validation cost next to a
+feedback evaluation of the same kernel (each job's elapsed_s as the evaluator recorded it). Exits 1 when
+a run has no PASSED best, naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def summarize(run: Path) -> tuple[bool, str]:
+    records = []
+    for line in (run / "journal.jsonl").read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue                                  # a torn last line
+    start = next((r for r in records if r.get("kind") == "run_start"), {})
+    task = start.get("task", run.name)
+    evals = [r for r in records if r.get("kind") == "evaluation"]
+    feedback = {r["value"]["solution_id"]: float(r["value"].get("elapsed_s") or 0) for r in evals
+                if isinstance(r.get("value"), dict)}
+    ratios, validate_s = [], []
+    for r in records:
+        if r.get("kind") == "validate" and isinstance(r.get("value"), dict):
+            sid, el = r.get("solution_id"), float(r["value"].get("elapsed_s") or 0)
+            validate_s.append(el)
+            if feedback.get(sid):
+                ratios.append(el / feedback[sid])
+    t = [float(r["t"]) for r in records if "t" in r]
+    wall_min = (max(t) - min(t)) / 60 if len(t) > 1 else 0.0
+    best_path = run / "best" / "report.json"
+    best = json.loads(best_path.read_text()) if best_path.exists() else {}
+    ok = best.get("status") == "PASSED"
+    score = best.get("score")
+    fb = [v for v in feedback.values() if v]
+    line = (f"{task}: {'PASSED' if ok else 'NO PASSED BEST'} best {score if score is None else f'{score:.4g}x'}"
+            f" | {len(evals)} evaluations in {wall_min:.1f} min ({len(evals) / wall_min if wall_min else 0:.1f}/min)"
+            f" | feedback eval median {statistics.median(fb) if fb else float('nan'):.1f} s"
+            f" | {len(validate_s)} validations, median {statistics.median(validate_s) if validate_s else float('nan'):.1f} s"
+            f", cost vs the same kernel's feedback eval: "
+            f"{'max %.2fx' % max(ratios) if ratios else '-'}")
+    return ok, line
+
+
+def main(argv: list[str]) -> int:
+    failed = []
+    for arg in argv:
+        run = Path(arg)
+        if not (run / "journal.jsonl").exists():
+            print(f"{run}: no journal (the run did not start)")
+            failed.append(str(run))
+            continue
+        ok, line = summarize(run)
+        print(line)
+        if not ok:
+            failed.append(str(run))
+    if failed:
+        print("run_summary: no PASSED best in " + ", ".join(failed))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
