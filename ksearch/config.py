@@ -55,7 +55,7 @@ class EvalConfig:
     workloads: str = "auto"               # auto (dataset if task.dataset_dir, else tiny on CPU / feedback on GPU) | tiny | feedback | full | dataset
     timeout_s: float = 300.0
     warmup: int = 10                      # GPU; on the CPU interpreter 1
-    iterations: int = 50                  # GPU; on the CPU interpreter 3
+    iterations: int = 50                  # unused on the GPU (a graph replay holds ~25 ms of calls, >= 3); CPU: cpu_iterations
     cpu_warmup: int = 0
     cpu_iterations: int = 1
     trials: int = 3                       # timing trials per workload (GPU); their spread is the noise

@@ -126,7 +126,11 @@ def test_workload_sets(task):
     assert set(sets) == {"tiny", "test", "benchmark", "feedback", "validate", "full"}
     assert [_case(w) for w in sets["benchmark"]] == BENCHMARK
     assert [w.name for w in sets["feedback"]] == [w.name for w in sets["benchmark"]][2:5]
-    assert [w.name for w in sets["validate"]] == [w.name for w in sets["test"]]
+    gate = [_case(w) for w in sets["validate"]]          # the held-out gate: a subset of test with its axes
+    assert set(gate) < {_case(w) for w in sets["test"]} and len(gate) <= 2 * len(sets["benchmark"])
+    assert {c[2] for c in gate} == {128, 384, 768} and {c[4] for c in gate} == {"normal", "cauchy"}
+    assert {c[3] for c in gate} == {True, False} and {c[1] for c in gate} == {1, 2}
+    assert any(c[0] % 64 for c in gate) and max(c[0] for c in gate) == 1024
     assert [w.name for w in sets["full"]] == [w.name for w in sets["test"] + sets["benchmark"]]
     test = sets["test"]
     assert len(test) == 18 and len({w.name for w in sets["full"]}) == 25

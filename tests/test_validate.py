@@ -77,6 +77,15 @@ def test_prefill_validate_spans_total_q_single_many_and_chunked():
         assert w.axes["num_kv_indices"] < w.axes["num_pages"]
 
 
+def test_the_gate_is_a_subset_of_the_space_at_most_twice_the_feedback_set():
+    """`validate` confirms every new best, so it stays small (issue 20: at most 2x a feedback evaluation's
+    cost); `space` keeps the whole held-out shape space for bench."""
+    for name in (*DECODES, MLA_P, MOE):
+        sets = load_task(name).workload_sets()
+        gate, space = [w.name for w in sets["validate"]], [w.name for w in sets["space"]]
+        assert set(gate) < set(space) and len(gate) <= 2 * len(sets["feedback"]), name
+
+
 def test_moe_validate_spans_t_from_1_to_16k():
     ts = sorted(w.axes["seq_len"] for w in load_task(MOE).workload_set("validate"))
     assert ts[0] == 1 and ts[-1] == 16384 and len(ts) >= 10

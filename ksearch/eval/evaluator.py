@@ -17,9 +17,12 @@ overruns a job's time; the parent process never runs candidate code.
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from ksearch.eval.report import (COMPILE_ERROR, INCORRECT_TAMPERING, RUNTIME_ERROR, TIMEOUT, BaselineTimes,
                                  EvalReport, score_report)
@@ -28,6 +31,34 @@ from ksearch.eval.static_checks import StaticCheckConfig, check_source, refusal_
 from ksearch.task import Task, Workload
 
 LARGE_OUTPUT_BYTES = 1 << 20
+HEARTBEAT_S = 20.0          # a job that runs longer says so this often: no step is silent for 30 s (issue 20)
+
+
+def _stderr_line(message: str) -> None:
+    print(f"ksearch: {message}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def heartbeat(label: str, notify: Callable[[str], None] | None, every_s: float | None = None) -> Iterator[None]:
+    """While the block runs, `notify("still <label> (N s)")` every `every_s` (HEARTBEAT_S) seconds."""
+    if notify is None:
+        yield
+        return
+    period = HEARTBEAT_S if every_s is None else every_s
+    done = threading.Event()
+    t0 = time.monotonic()
+
+    def beat() -> None:
+        while not done.wait(period):
+            notify(f"still {label} ({time.monotonic() - t0:.0f}s)")
+
+    thread = threading.Thread(target=beat, name="ksearch-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(1.0)
 
 
 @dataclass
@@ -72,9 +103,11 @@ def _language(source: str) -> str:
 class Evaluator:
     """Sends jobs to a spawned worker; replaces it after any failure, crash or timeout."""
 
-    def __init__(self, task: Task, settings: EvalSettings):
+    def __init__(self, task: Task, settings: EvalSettings,
+                 notify: Callable[[str], None] | None = _stderr_line):
         self.task = task
         self.settings = settings
+        self.notify = notify        # progress lines while a long job runs (None: silent)
         self.static_config = StaticCheckConfig.for_task(task)
         self._worker: WorkerProcess | None = None
         self.workers_started = 0
@@ -96,13 +129,14 @@ class Evaluator:
         self.workers_started += 1
         return WorkerProcess(interpret=not self.on_gpu, memory_limit_bytes=self._memory_limit())
 
-    def _request(self, kind: str, payload: Any, timeout_s: float) -> Reply:
+    def _request(self, kind: str, payload: Any, timeout_s: float, label: str) -> Reply:
         if self._worker is None or not self._worker.alive():
             if self._worker is not None:
                 self._worker.kill()
             self._worker = self._spawn()
         try:
-            reply = self._worker.request(kind, payload, timeout_s, self.settings.startup_timeout_s)
+            with heartbeat(label, self.notify):
+                reply = self._worker.request(kind, payload, timeout_s, self.settings.startup_timeout_s)
         except WorkerStartError as e:
             self._worker = None
             raise WorkerDied(str(e)) from None
@@ -156,7 +190,9 @@ class Evaluator:
                           tasks_root=str(self.task.dir.parent), metric=s.metric if self.on_gpu else "call_latency",
                           timeout_s=s.timeout_s, sandbox=s.sandbox, floor_check=s.floor_check)
             # The judge enforces each candidate's own limit; this one only catches a stuck judge.
-            reply = self._request("judge", job, s.timeout_s * len(todo) + 120.0)
+            names = ", ".join(entries[i][1] for i in todo[:3]) + (" ..." if len(todo) > 3 else "")
+            reply = self._request("judge", job, s.timeout_s * len(todo) + 120.0,
+                                  f"judging {names} on {len(workloads)} workloads")
             kind = reply.kind
             if reply.kind == "ok":
                 got = reply.value
@@ -225,7 +261,8 @@ class Evaluator:
                           tasks_root=str(self.task.dir.parent), time_reference=time_reference,
                           metric=s.metric if self.on_gpu else "call_latency")
         # FlashInfer JIT-compiles each module on first use (~30 s); allow for it.
-        reply = self._request("baseline", job, max(s.timeout_s, 600.0))
+        reply = self._request("baseline", job, max(s.timeout_s, 600.0),
+                              f"measuring the baselines on {len(workloads)} workloads")
         if reply.kind != "ok":
             raise RuntimeError(f"measuring the baselines failed ({reply.kind}): {reply.value}\n{reply.output[-2000:]}")
         return reply.value

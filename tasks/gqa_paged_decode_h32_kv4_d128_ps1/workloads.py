@@ -9,7 +9,8 @@ Sets:
   Triton interpreter pays per program: split_kv's combine step alone runs batch x 32 programs.
 - `feedback` (GPU, what a GPU search selects on): K-Search's five shapes.
 - `full`: the dataset's 48 axes.
-- `validate` (GPU, held out: a new best must not regress on it): the shape space a serving engine sees.
+- `space` (GPU, held out), and `validate`, the gate a new best must not regress on: a subset of `space`
+  (VALIDATE_GATE, same axes, about one feedback evaluation's cost). `space`: the shape space a serving engine sees.
   Axes and why:
   * batch 1, 4, 16, 64, 256: single-request latency (1), small and mid serving batches (4, 16, 64), and a
     large continuous-batching step (256). Small batches starve a one-program-per-sequence kernel of
@@ -101,7 +102,8 @@ def workload_sets() -> dict[str, list[Workload]]:
     full = ([_workload(f"full_b1_t{t}", 1, t) for t in b1]
             + [_workload(f"full_b16_t{t}", 16, t) for t in b16]
             + [_workload(f"full_b64_t{t}", 64, t) for t in b64])
-    return {"tiny": tiny, "feedback": feedback, "full": full, "validate": _validate(),
+    space = _validate()
+    return {"tiny": tiny, "feedback": feedback, "full": full, "validate": validate_gate(space), "space": space,
             "validate_cpu": validate_cpu}
 
 
@@ -118,3 +120,15 @@ def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:
         "kv_indptr": indptr.to(device), "kv_indices": indices.to(device),
         "sm_scale": float(workload.params["sm_scale"]),
     }
+
+
+#: The held-out gate (`validate`): 10 of the `space` shapes, spanning the same axes, so that confirming
+#: a new best costs about as much as one feedback evaluation (at most 2x, issue 20). `space` keeps every
+#: shape, for `ksearch bench ... eval.workloads=space`.
+VALIDATE_GATE = ("val_b1_l64", "val_b1_l65536", "val_b4_l16384", "val_b16_l4096", "val_b64_l1024", "val_b256_l512", "val_b256_l2048", "val_ragged_b7_l64-16384", "val_ragged_b128_l64-4096", "val_onelong_b32_l32768")
+
+
+def validate_gate(space: list[Workload]) -> list[Workload]:
+    picked = [w for w in space if w.name in VALIDATE_GATE]
+    assert len(picked) == len(VALIDATE_GATE), "a VALIDATE_GATE name is not in the space set"
+    return picked

@@ -9,7 +9,8 @@ Sets:
   ragged batch with one long sequence (330), short ones and an empty one (kv_len 0: output 0, lse -inf,
   accepted by the reference and the checker).
 - `feedback` (GPU): K-Search's five shapes. `full`: the dataset's 47 axes.
-- `validate` (GPU, held out: a new best must not regress on it). Axes and why:
+- `space` (GPU, held out), and `validate`, the gate a new best must not regress on: a subset of `space`
+  (VALIDATE_GATE, same axes, about one feedback evaluation's cost). `space`. Axes and why:
   * batch 1, 4, 16, 32, 64, 128, 256: single-request latency, small to large continuous-batching steps
     (DeepSeek-V3 serving at tp=8 runs decode batches up to a few hundred);
   * KV length per sequence 64 .. 64k: short chats to DeepSeek's long context; batch 1 at 32k-64k is where
@@ -93,7 +94,8 @@ def workload_sets() -> dict[str, list[Workload]]:
     full = ([_workload(f"full_b1_t{t}", 1, t) for t in b1]
             + [_workload(f"full_b16_t{t}", 16, t) for t in b16]
             + [_workload(f"full_b64_t{t}", 64, t) for t in b64])
-    return {"tiny": tiny, "feedback": feedback, "full": full, "validate": _validate(),
+    space = _validate()
+    return {"tiny": tiny, "feedback": feedback, "full": full, "validate": validate_gate(space), "space": space,
             "validate_cpu": validate_cpu}
 
 
@@ -113,3 +115,15 @@ def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:
         "kv_indptr": indptr.to(device), "kv_indices": indices.to(device),
         "sm_scale": float(workload.params["sm_scale"]),
     }
+
+
+#: The held-out gate (`validate`): 10 of the `space` shapes, spanning the same axes, so that confirming
+#: a new best costs about as much as one feedback evaluation (at most 2x, issue 20). `space` keeps every
+#: shape, for `ksearch bench ... eval.workloads=space`.
+VALIDATE_GATE = ("val_b1_l64", "val_b1_l65536", "val_b4_l32768", "val_b16_l8192", "val_b64_l2048", "val_b128_l4096", "val_b256_l512", "val_ragged_b7_l64-16384", "val_ragged_b256_l32-4096", "val_onelong_b16_l65536")
+
+
+def validate_gate(space: list[Workload]) -> list[Workload]:
+    picked = [w for w in space if w.name in VALIDATE_GATE]
+    assert len(picked) == len(VALIDATE_GATE), "a VALIDATE_GATE name is not in the space set"
+    return picked

@@ -15,7 +15,8 @@ Sets:
   and a ragged batch with one long-prefix decode-like query, short prefills and an empty sequence
   (q_len 0 and kv_len 0: it owns no output rows).
 - `feedback` (GPU): K-Search's eight shapes. `full`: the dataset's 38 triples.
-- `validate` (GPU, held out: a new best must not regress on it). Axes and why:
+- `space` (GPU, held out), and `validate`, the gate a new best must not regress on: a subset of `space`
+  (VALIDATE_GATE, same axes, about one feedback evaluation's cost). `space`. Axes and why:
   * total_q 1 .. 16k: a single decode-like query up to a 16k-token prompt (the dataset's largest);
   * single long sequences (one prompt prefilled at once: q_len = kv_len) and many short ones (a batch of
     chat turns: 64-256 sequences of 16-64 tokens), which need very different tilings;
@@ -141,7 +142,8 @@ def workload_sets() -> dict[str, list[Workload]]:
     ]
     feedback = [_workload(_name("fb", *t), *t) for t in FEEDBACK_TRIPLES]
     full = [_workload(_name("full", *t), *t) for t in FULL_TRIPLES]
-    return {"tiny": tiny, "feedback": feedback, "full": full, "validate": _validate(),
+    space = _validate()
+    return {"tiny": tiny, "feedback": feedback, "full": full, "validate": validate_gate(space), "space": space,
             "validate_cpu": validate_cpu}
 
 
@@ -163,3 +165,15 @@ def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:
         "qo_indptr": qo_indptr.to(device), "kv_indptr": kv_indptr.to(device), "kv_indices": kv_indices.to(device),
         "sm_scale": float(workload.params["sm_scale"]),
     }
+
+
+#: The held-out gate (`validate`): 8 of the `space` shapes, spanning the same axes, so that confirming
+#: a new best costs about as much as one feedback evaluation (at most 2x, issue 20). `space` keeps every
+#: shape, for `ksearch bench ... eval.workloads=space`.
+VALIDATE_GATE = ("val_decodelike_q1_kv4096", "val_single_q4096", "val_single_q16384", "val_many_b64_q16", "val_many_b128_q32", "val_chunk_q2048_kv34816", "val_decodelike_b16_kv32768", "val_mix_b32")
+
+
+def validate_gate(space: list[Workload]) -> list[Workload]:
+    picked = [w for w in space if w.name in VALIDATE_GATE]
+    assert len(picked) == len(VALIDATE_GATE), "a VALIDATE_GATE name is not in the space set"
+    return picked

@@ -19,7 +19,8 @@ Sets:
   call, not a serving shape), but its analogues are covered: tokens with no local expert (every token t
   with t % 8 == 5 at T >= 6: an all-zero row) and local experts with no tokens (most experts at small T).
 - `feedback` (GPU): K-Search's five T values. `full`: the dataset's 19 (T, offset) pairs.
-- `validate` (GPU, held out: a new best must not regress on it): T from 1 to 16k in roughly x2-x4
+- `space` (GPU, held out), and `validate`, the gate a new best must not regress on: a subset of `space`
+  (VALIDATE_GATE, same axes, about one feedback evaluation's cost). `space`: T from 1 to 16k in roughly x2-x4
   steps. Why: decode steps (T = 1 .. 256 tokens per rank) are weight-streaming bound, where what matters is
   reading each active expert's FP8 weights once at full bandwidth; prefill chunks (T = 1k .. 16k) are
   compute bound (FP8 tensor cores, tile reuse). The crossover around T ~ 256-1024 is where one tiling
@@ -59,6 +60,9 @@ TINY_HIDDEN, TINY_INTER = 256, 128
 TINY_PAIRS = [(1, 32), (5, 0), (19, 224)]
 # (T, offset) of the held-out set: T from 1 to 16k, ranks cycling through the eight EP ranks.
 VALIDATE_T = [1, 3, 8, 24, 48, 96, 192, 256, 384, 768, 1536, 3072, 6144, 12288, 16384]
+#: The held-out gate (`validate`): 10 of those T, no gap wider than 4x, so that confirming a new best costs
+#: about as much as one feedback evaluation (issue 20); `space` keeps all 15.
+VALIDATE_GATE_T = (1, 3, 8, 24, 96, 384, 1536, 6144, 12288, 16384)
 #: A "hot" local expert gets a logit boost that puts it in the top 8 of every token whose routing keeps
 #: the local group (all but the t % 8 == 5 tokens, whose local range is pushed down).
 HOT_BOOST = 12.0
@@ -93,11 +97,13 @@ def workload_sets() -> dict[str, list[Workload]]:
     tiny.append(_workload("tiny_t150_off64_hot3", 150, 64, hot_expert=3, **small))
     feedback = [_workload(f"fb_t{t}_off{o}", t, o) for t, o in FEEDBACK_PAIRS]
     full = [_workload(f"full_t{t}_off{o}", t, o) for t, o in FULL_PAIRS]
-    validate = [_workload(f"val_t{t}_off{32 * ((i * 3 + 2) % 8)}", t, 32 * ((i * 3 + 2) % 8))
-                for i, t in enumerate(VALIDATE_T)]
+    space = [_workload(f"val_t{t}_off{32 * ((i * 3 + 2) % 8)}", t, 32 * ((i * 3 + 2) % 8))
+             for i, t in enumerate(VALIDATE_T)]
+    validate = [w for w in space if w.axes["seq_len"] in VALIDATE_GATE_T]
     validate_cpu = [_workload("vcpu_t3_off160", 3, 160, **small),
                     _workload("vcpu_t150_off96_hot30", 150, 96, hot_expert=30, **small)]
-    return {"tiny": tiny, "feedback": feedback, "full": full, "validate": validate, "validate_cpu": validate_cpu}
+    return {"tiny": tiny, "feedback": feedback, "full": full, "validate": validate, "space": space,
+            "validate_cpu": validate_cpu}
 
 
 def sizes(workload: Workload) -> tuple[int, int]:
