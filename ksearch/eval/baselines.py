@@ -170,6 +170,8 @@ def measure_baselines(job: BaselineJob) -> BaselineTimes:
                                                                 max(3, job.trials))
                 ref_rounds[w.name] = got_clocks["call_latency"]
         del inputs, ref
+    if on_gpu:      # the worker lives on beside the candidates' processes: give the cached blocks back
+        torch.cuda.empty_cache()
     floor = noise_floor(job.device)
     complete = {k: v for k, v in clocks.items() if k not in failures
                 and all(len(t) == len(job.workloads) for t in v.values())}

@@ -441,6 +441,9 @@ class Judge:
         finally:
             for c in self.cands:
                 self._end(c)
+            self._references.clear()
+            if self.on_gpu:             # the worker lives on: its cached blocks would starve the next candidate
+                torch.cuda.empty_cache()
         self.finish(t_start)
         return [c.report for c in self.cands]
 

@@ -156,7 +156,24 @@ class EvalReport:
 
 
 def geomean(values: list[float]) -> float:
+    """Geometric mean of positive, finite values (a ratio built on a time of 0 is no ratio: ValueError)."""
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise ValueError(f"geomean needs positive finite values, got {values}")
     return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _is_time(ms: Any) -> bool:
+    """A measured latency: positive and finite. A GPU time of 0 is what a graph replay minus a flush replay
+    gives on a contended GPU, not a time, and a baseline built on it would divide scores by zero."""
+    return isinstance(ms, (int, float)) and math.isfinite(ms) and ms > 0
+
+
+def best_of(variants: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Per workload, the fastest variant's time, over the variants that measured a time for it."""
+    names: dict[str, None] = {}
+    for times in variants.values():     # insertion order, never set order: prompts must be stable
+        names.update(dict.fromkeys(w for w, ms in times.items() if _is_time(ms)))
+    return {w: min(v[w] for v in variants.values() if _is_time(v.get(w))) for w in names}
 
 
 @dataclass
@@ -175,10 +192,7 @@ class BaselineTimes:
     methods: dict[str, str] = field(default_factory=dict)              # variant -> timing method
 
     def best(self) -> dict[str, float]:
-        names: dict[str, None] = {}
-        for times in self.variants.values():     # insertion order, never set order: prompts must be stable
-            names.update(dict.fromkeys(times))
-        return {w: min(v[w] for v in self.variants.values() if w in v) for w in names}
+        return best_of(self.variants)
 
     def best_spread(self) -> dict[str, float]:
         """The spread of the variant that is best on each workload (missing where not measured)."""
@@ -212,11 +226,8 @@ def score_report(report: EvalReport, baseline: BaselineTimes) -> EvalReport:
     lat = {w.workload: w.latency_ms for w in report.workloads}
     interleaved = {n: t for n, t in report.baseline_ms.items() if all(w in t for w in lat)}
     variants = interleaved or baseline.variants
-    names: dict[str, None] = {}
-    for times in variants.values():
-        names.update(dict.fromkeys(times))
-    best = {w: min(v[w] for v in variants.values() if w in v) for w in names}
-    if not lat or any(v is None or v <= 0 for v in lat.values()) or not all(w in best for w in lat):
+    best = best_of(variants)
+    if not lat or not all(_is_time(v) for v in lat.values()) or not all(w in best for w in lat):
         return report
     report.speedups = {w: best[w] / lat[w] for w in lat}
     report.score = geomean(list(report.speedups.values()))
@@ -224,7 +235,7 @@ def score_report(report: EvalReport, baseline: BaselineTimes) -> EvalReport:
     report.baseline = baseline.label
     report.vs_baselines = {}
     for name, times in variants.items():
-        if all(w in times for w in lat):
+        if all(_is_time(times.get(w)) for w in lat):
             report.vs_baselines[name] = geomean([times[w] / lat[w] for w in lat])
     if interleaved:
         base_spread = {w.workload: w.baseline_spread for w in report.workloads}
