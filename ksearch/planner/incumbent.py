@@ -12,6 +12,7 @@ from typing import Any, Callable
 from ksearch.eval.noise import compare_reports
 from ksearch.eval.report import EvalReport
 from ksearch.store import Journal, RunDir
+from ksearch.store.best_manifest import BestKind, BestManifest, BestMember
 
 
 @dataclass
@@ -27,9 +28,12 @@ class Best:
 
 class Incumbent:
     def __init__(self, journal: Journal, run_dir: RunDir,
-                 remeasure: Callable[[list[str], int], list[EvalReport]], validation: Any = None):
+                 remeasure: Callable[[list[str], int], list[EvalReport]], validation: Any = None,
+                 member: Callable[[str, str], BestMember] | None = None):
         self.journal, self.run_dir, self._remeasure = journal, run_dir, remeasure
         self.validation = validation       # ksearch.planner.validation: a new best must hold on held-out shapes
+        # (solution id, node id) -> how best/manifest.json names that node (short id, step)
+        self.member = member or (lambda sid, node_id: BestMember(sid, node_id, node_id, ""))
         self.best: Best | None = None
 
     @property
@@ -77,4 +81,17 @@ class Incumbent:
         self.journal.event("best", check={"solution_id": solution_id}, score=report.score, node_id=node_id,
                            round=round_index, basis=basis, validate_score=validate_score,
                            validate_set=validate_set)
-        self.run_dir.write_best(self.run_dir.load_solution(solution_id), report.to_json(), node_id)
+        solution = self.run_dir.load_solution(solution_id)
+        self.run_dir.write_best(solution, report.to_json(), manifest(
+            BestKind.KERNEL, report, solution_id, round_index, (self.member(solution_id, node_id),),
+            solution.language, validate_score, validate_set))
+
+
+def manifest(kind: BestKind, report: EvalReport, solution_id: str, round_index: int,
+             members: tuple[BestMember, ...], language: str, validate_score: float | None,
+             validate_set: str | None) -> BestManifest:
+    """best/manifest.json for a new best (see ksearch/store/best_manifest.py)."""
+    assert report.score is not None
+    return BestManifest(kind, report.score, report.score_name or "score", report.baseline, solution_id,
+                        round_index, members, "solution.cu" if language == "cuda" else "solution.py",
+                        validate_score, validate_set)
