@@ -61,14 +61,18 @@ def node_rows(wm: WorldModel, ids: ShortIds, best: BestManifest | str | None) ->
         fam = family_of(wm, node.node_id) if not node.is_root else None
         score = node.solution.score if node.solution and node.solution.score is not None else None
         is_best = node.node_id == kernel_node
+        # the best kernel's row is about the best's own measurement (a near-tie re-measurement, say)
+        rescale = best_score / score if is_best and best_score is not None and score else 1.0
+        vs_parent = None if node.is_root else vs_parent_kernel(wm, node)
+        measured = None if node.is_root else measured_vs_parent(wm, node)
         rows[node.node_id] = NodeRow(
             node_id=node.node_id, short=ids.short(node.node_id), parent_id=node.parent_id,
             depth=wm.depth(node.node_id), status=node.status, title=node_title(node),
             family=fam.node_id if fam else None,
             score=best_score if is_best and best_score is not None else score,
-            vs_parent=None if node.is_root else vs_parent_kernel(wm, node),
+            vs_parent=vs_parent * rescale if vs_parent is not None else None,
             predicted=None if node.is_root else predicted_speedup(node),
-            measured=None if node.is_root else measured_vs_parent(wm, node),
+            measured=measured * rescale if measured is not None else None,
             attempts=node.attempts, failed_cycles=node.failed_cycles,
             on_best_path=node.node_id in best_path, is_best=is_best, in_best=node.node_id in members)
     return rows
