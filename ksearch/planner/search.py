@@ -493,7 +493,8 @@ class Search:
             assert a.solution_id is not None and a.code is not None
             self.codes[a.solution_id] = a.code
             self.evaluations += 1
-            self.regions.observe(a.solution_id, a.report, state.node.node_id)     # by the owner, in cycle order: deterministic
+            # by the owner, in cycle order: deterministic
+            self.regions.observe(a.solution_id, a.report, state.node.node_id)
             self._consider_best(a.report, a.solution_id, state.node.node_id, a.round)
         self.wm.record_attempt(state.node.node_id)
         self.progress.attempt_done(a.round, a.report, self.best.score if self.best else None)

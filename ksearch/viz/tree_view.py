@@ -16,8 +16,8 @@ from rich.text import Text
 
 from ksearch.store.best_manifest import BestKind, BestManifest, manifest_from_history
 from ksearch.store.history import NotARunError, RunHistory
-from ksearch.viz.node_rows import NodeRow, best_mark, node_rows, node_title, pred_meas, speedup
 from ksearch.store.short_ids import ShortIds
+from ksearch.viz.node_rows import NodeRow, best_mark, node_rows, node_title, pred_meas, speedup
 from ksearch.viz.speedups import families
 from ksearch.world_model import Node, WorldModel
 

@@ -27,9 +27,9 @@ from textual.widgets.tree import TreeNode
 
 from ksearch.store.best_manifest import BestKind, BestManifest, manifest_from_history
 from ksearch.store.history import NotARunError, RunHistory, load_history
+from ksearch.store.short_ids import ShortIds
 from ksearch.viz.node_rows import NodeRow, best_mark, node_rows, speedup
 from ksearch.viz.node_view import kernel_diff, node_sections, shown_evaluation
-from ksearch.store.short_ids import ShortIds
 from ksearch.viz.speedups import families
 from ksearch.viz.tree_view import NODE_STATUSES, run_summary
 from ksearch.world_model import WorldModel
