@@ -2,7 +2,8 @@
 
 A candidate within the noise of the best (a near-tie) that looks faster is re-measured side by side
 with the best in one job, so drift hits both equally; only then can it win. Every decision is journaled
-(`best` or `not_best` with the basis), and best/ in the run directory always holds the incumbent."""
+(`best` or `not_best` with the basis), and best/ in the run directory always holds the incumbent, with
+best/manifest.json naming the node that produced it (ksearch/store/best_manifest.py)."""
 
 from __future__ import annotations
 
@@ -28,12 +29,12 @@ class Best:
 
 class Incumbent:
     def __init__(self, journal: Journal, run_dir: RunDir,
-                 remeasure: Callable[[list[str], int], list[EvalReport]], validation: Any = None,
-                 member: Callable[[str, str], BestMember] | None = None):
+                 remeasure: Callable[[list[str], int], list[EvalReport]], validation: Any = None, *,
+                 member: Callable[[str, str], BestMember]):
         self.journal, self.run_dir, self._remeasure = journal, run_dir, remeasure
         self.validation = validation       # ksearch.planner.validation: a new best must hold on held-out shapes
         # (solution id, node id) -> how best/manifest.json names that node (short id, step)
-        self.member = member or (lambda sid, node_id: BestMember(sid, node_id, node_id, ""))
+        self.member = member
         self.best: Best | None = None
 
     @property

@@ -10,7 +10,7 @@ from the journal (`manifest_from_history`), so they all name the same kernel, no
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -41,10 +41,6 @@ class BestMember:
             where = f"{where}; fallback for other shapes" if where else "fallback for every shape"
         return where
 
-    def describe(self) -> str:
-        where = self.serves()
-        return f"{self.short_id}" + (f" ({where})" if where else "")
-
 
 @dataclass(frozen=True)
 class BestManifest:
@@ -58,7 +54,6 @@ class BestManifest:
     file: str = "solution.py"
     validate_score: float | None = None
     validate_set: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def node_ids(self) -> list[str]:
@@ -87,14 +82,9 @@ class BestManifest:
         return (f"shape dispatch over {len(self.members)} kernels of {', '.join(by_node)} "
                 f"({'; '.join(parts)})")
 
-    def headline(self) -> str:
-        """The best in one phrase: score, what it is, where it was found."""
-        return f"{self.score:.4g}x, {self.describe()}, round {self.round}"
-
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["kind"] = self.kind.value
-        d.pop("extra")
         return d
 
     @staticmethod
