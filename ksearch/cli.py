@@ -17,17 +17,21 @@ console = Console() if sys.stdout.isatty() else Console(width=160)
 
 def _print_outcome(outcome) -> None:
     from ksearch.store import load_history
-    from ksearch.viz.short_ids import ShortIds
-    from ksearch.viz.tree_view import render_tree
+    from ksearch.store.best_manifest import manifest_from_history
+    from ksearch.store.short_ids import ShortIds
+    from ksearch.viz.tree_view import found_at, render_tree
 
-    console.print(render_tree(outcome.world_model, best_node_id=outcome.best.node_id if outcome.best else None,
-                              ids=ShortIds.from_history(load_history(outcome.run_dir)), width=console.width))
+    history = load_history(outcome.run_dir)
+    ids = ShortIds.from_history(history)
+    best = manifest_from_history(history, ids)
+    console.print(render_tree(outcome.world_model, best=best, ids=ids, width=console.width))
     console.print(f"stopped: {outcome.stop_reason}; {outcome.evaluations} evaluations on {outcome.device}")
-    if outcome.best:
-        b = outcome.best
-        console.print(f"[bold]best[/]: {b.score:.4g}x geomean speedup vs {outcome.baseline_label} "
-                      f"(node {b.node_id}, round {b.round_index}, solution {b.solution_id})", highlight=False)
-        console.print(f"best kernel: {outcome.run_dir / 'best' / 'solution.py'}", highlight=False)
+    if best is not None:
+        console.print(f"[bold]best[/]: {best.score:.4g}x {best.score_name.replace('_', ' ')} vs {best.baseline}: "
+                      f"{best.describe()} ({found_at(history, best)}, solution {best.solution_id})",
+                      highlight=False)
+        console.print(f"best kernel: {outcome.run_dir / 'best' / best.file} (what it is: best/manifest.json)",
+                      highlight=False)
     else:
         console.print("[red]no passing kernel was found[/]")
     console.print(f"run written to {outcome.run_dir}", highlight=False)
@@ -234,8 +238,9 @@ def _follow(run_path: Path, node_id: str | None, depth: int | None, statuses: se
     from rich.text import Text
 
     from ksearch.store import NotARunError, load_history
+    from ksearch.store.best_manifest import manifest_from_history
     from ksearch.store.lock import probe
-    from ksearch.viz.short_ids import ShortIds
+    from ksearch.store.short_ids import ShortIds
     from ksearch.viz.tree_view import render_tree, run_summary
 
     with Live(console=console, refresh_per_second=1) as live:
@@ -251,11 +256,10 @@ def _follow(run_path: Path, node_id: str | None, depth: int | None, statuses: se
             if wm is None:
                 live.update(Text(f"waiting for {run_path} to build its world model ...", style="dim"))
             else:
-                best = history.best
                 ids = ShortIds.from_history(history)
                 live.update(Group(render_tree(wm, root_id=ids.resolve(node_id, wm) if node_id else None,
                                               max_depth=depth, statuses=statuses, ids=ids, width=console.width,
-                                              best_node_id=best.node_id if best else None), run_summary(history)))
+                                              best=manifest_from_history(history, ids)), run_summary(history)))
             if not writer.live:
                 break
             time.sleep(2)
@@ -292,7 +296,8 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ksearch.store import load_history
-    from ksearch.viz.compare import compare_json, compare_rows, compare_table, default_target, expand_run_dirs
+    from ksearch.viz.compare import (baseline_note, compare_json, compare_rows, compare_table, default_target,
+                                     expand_run_dirs)
 
     histories = [load_history(p) for p in expand_run_dirs(args.run_dirs)]
     target = args.target if args.target is not None else default_target(histories)
@@ -301,6 +306,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(compare_json(rows, target))
     else:
         console.print(compare_table(rows, target))
+        note = baseline_note(rows)
+        if note:
+            console.print(f"[yellow]note:[/] {note}", highlight=False)
         if args.target is None and target is not None:
             console.print(f"[dim]target: the smallest best score among the runs ({target:.4g}x); "
                           f"--target SCORE picks another[/]")
@@ -388,7 +396,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ksearch.export import export_flashinfer_bench
 
     out = export_flashinfer_bench(Path(args.run_dir), Path(args.out) if args.out else None)
-    console.print(f"solution: {out.solution}", highlight=False)
+    console.print(f"solution: {out.solution} (best: {out.best.score:.4g}x, {out.best.describe()})", highlight=False)
     console.print(f"traces:   {out.traces} ({out.trace_count} evaluations)", highlight=False)
     console.print(f"definition: {out.definition}", highlight=False)
     return 0

@@ -18,6 +18,7 @@ from typing import Any
 from ksearch.atomic import atomic_write
 from ksearch.fib import (FibCorrectness, FibEvaluation, FibPerformance, FibTrace, FibWorkload, to_fib)
 from ksearch.instantiate.solution import Solution
+from ksearch.store.best_manifest import BestManifest, manifest_from_history
 
 
 class ExportError(ValueError):
@@ -30,6 +31,7 @@ class Exported:
     traces: Path
     definition: Path
     trace_count: int
+    best: BestManifest                 # what the exported solution is (as best/manifest.json says)
 
 
 def _workload_uuid(task: str, name: str) -> str:
@@ -92,8 +94,10 @@ def export_flashinfer_bench(run_dir: Path, out: Path | None = None) -> Exported:
     hardware = [history.device] if history.device.startswith("cuda") else list(best.target_hardware)
     name = f"ksearch_{history.task}_{best.solution_id}"
     fib = to_fib(best, name=name, target_hardware=hardware)
-    fib.description = (f"best kernel of ksearch run {Path(run_dir).name}: {history.best.score:.4g}x vs "
-                       f"{history.baseline.label if history.baseline else 'baseline'} on {history.device}")
+    manifest = manifest_from_history(history)
+    assert manifest is not None
+    fib.description = (f"best kernel of ksearch run {Path(run_dir).name}: {manifest.score:.4g}x vs "
+                       f"{manifest.baseline} on {history.device}; the {manifest.describe()}")
     definition = _definition(history.task)
     names = {best.solution_id: name}
     for sid in dict.fromkeys(e.solution_id for e in history.evaluations):    # every kernel a trace names
@@ -108,7 +112,7 @@ def export_flashinfer_bench(run_dir: Path, out: Path | None = None) -> Exported:
     trace_path = atomic_write(out / "traces" / f"{history.task}.jsonl",
                               "".join(t.model_dump_json(exclude_none=True) + "\n" for t in traces))
     def_path = atomic_write(out / "definitions" / f"{history.task}.json", json.dumps(definition or {}, indent=2))
-    return Exported(sol_path, trace_path, def_path, len(traces))
+    return Exported(sol_path, trace_path, def_path, len(traces), manifest)
 
 
 def _definition(task: str) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@ know, model costs, failed cycles, and the predicted-vs-measured arithmetic.
 """
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -202,7 +203,8 @@ def test_show_draws_the_tree_and_a_summary(real_run, capsys):
 def test_show_node_has_plan_kernel_diff_and_measurements(toy_run, capsys):
     assert main(["show", str(toy_run), "--node", "b"]) == 0
     out = capsys.readouterr().out
-    for needle in ("node b", "path", "root > a > b", "do b", "predicted 2x, measured 1.5x", "model's notes",
+    assert re.search(r"full id\s+b\b", out)
+    for needle in ("node n2: choice b", "path", "n0 > n1 > n2", "do b", "predicted 2x, measured 1.5x", "model's notes",
                    "the model thinks b is good", "attached kernel sb", "return 2",
                    "diff against the parent's kernel sa",
                    "-    return 1", "+    return 2", "w1", "PASSED", "1.8x"):
@@ -219,16 +221,16 @@ def test_show_node_on_a_real_run(real_run, capsys):
     best = load_history(real_run).best
     assert main(["show", str(real_run), "--node", best.node_id]) == 0
     out = capsys.readouterr().out
-    assert f"node {best.node_id}" in out and "attached kernel" in out and "tiny_" in out
+    assert re.search(rf"full id\s+{re.escape(best.node_id)}", out) and "attached kernel" in out and "tiny_" in out
     assert "def run(" in out and ("diff against" in out or "parent is the root" in out)
 
 
 def test_show_filters_by_status_and_depth(toy_run, capsys):
     assert main(["show", str(toy_run), "--status", "failed"]) == 0
-    out = capsys.readouterr().out
+    out = capsys.readouterr().out.split("vs base:")[0]          # the tree (the summary names the best's step)
     assert "choice c" in out and "choice b" not in out and "choice a" not in out
     assert main(["show", str(toy_run), "--status", "open,closed", "--depth", "1"]) == 0
-    out = capsys.readouterr().out
+    out = capsys.readouterr().out.split("vs base:")[0]
     assert "choice a" in out and "choice b" not in out and "choice c" not in out
 
 
@@ -271,9 +273,9 @@ def test_report_of_a_real_run(real_run, capsys):
 def test_report_of_a_hand_written_run(toy_run, tmp_path):
     assert main(["report", str(toy_run), "--out", str(tmp_path / "rep")]) == 0
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "| `b` | choice a | 2 | 2x | 1.5x | 0.75 |" in md
+    assert "| `n2` | choice b | choice a | 2 | 2x | 1.5x | 0.75 |" in md       # short id, step, family
     assert "$0.5000" in md and "240 (200 prompt, 40 completion)" in md
-    assert "`c` do c: last status RUNTIME_ERROR; retired" in md
+    assert "`n3` do c: last status RUNTIME_ERROR; retired" in md
     assert "1 world-model edit scripts were rejected" in md and "bad \\| op" in md
     assert "1 model replies held no usable code" in md
     assert "does not interpret: mystery_kind" in md and "forked from `/runs/src` at node `n3`" in md

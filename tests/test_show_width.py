@@ -9,7 +9,8 @@ import pytest
 
 from ksearch.cli import main
 from ksearch.store import load_history
-from ksearch.viz.short_ids import ShortIds
+from ksearch.store.best_manifest import BestKind, manifest_from_history
+from ksearch.store.short_ids import ShortIds
 from ksearch.viz.speedups import families
 from ksearch.viz.tree_view import render_tree
 from tests.test_show_report_compare import recorded_run, write_synthetic_run
@@ -41,9 +42,10 @@ def test_show_at_100_columns_is_one_line_per_node(real_run, capsys, monkeypatch)
     shown = [m.group(1) for line in tree if (m := _ID.search(line))]
     assert len(tree) == len(wm.nodes()) == len(shown)                  # every node, each on exactly one line
     assert sorted(shown) == sorted(ids.short(n.node_id) for n in wm.nodes())
-    best = load_history(real_run).best
-    best_line = next(line for line in tree if _ID.search(line).group(1) == ids.short(best.node_id))
-    assert " best " in best_line and "* " in best_line
+    best = manifest_from_history(load_history(real_run))
+    for short in best.short_ids:          # the best kernel's node (*), or each node of a shape dispatch (+)
+        line = next(line for line in tree if _ID.search(line).group(1) == short)
+        assert (" best " in line and "* " in line) if best.kind is BestKind.KERNEL else ("+ " in line)
     # the families table names each family's best node by its short id, never cut
     table = out[out.index("families"):]
     for fam in families(wm):
@@ -82,7 +84,8 @@ def test_short_ids_are_stable_as_the_journal_grows_and_accepted_by_node(real_run
     best = load_history(real_run).best.node_id
     assert main(["show", str(real_run), "--node", full.short(best)]) == 0
     out = capsys.readouterr().out
-    assert f"node {best} ({full.short(best)})" in out and "attached kernel" in out
+    assert f"node {full.short(best)}: " in out and re.search(rf"full id\s+{re.escape(best)}", out)
+    assert "attached kernel" in out
     assert main(["show", str(real_run), "--node", best]) == 0           # the full id still works
     assert main(["show", str(real_run), "--node", "n999"]) == 2
     assert "short id (n12) or a full id" in capsys.readouterr().out
@@ -117,7 +120,7 @@ def test_long_trees_fold_off_the_best_path_with_counts():
             parent = nid
     wm = WorldModel.from_json({"nodes": nodes})
     best = "f2_11"
-    text = render_tree(wm, best_node_id=best, width=100, max_rows=50).plain.splitlines()
+    text = render_tree(wm, best=best, width=100, max_rows=50).plain.splitlines()
     assert len(text) - 1 <= 50 and max(len(line) for line in text) <= 100
     folds = [line for line in text if "… " in line and " more (" in line]
     assert folds and all("--node n" in line for line in folds)
@@ -129,4 +132,4 @@ def test_long_trees_fold_off_the_best_path_with_counts():
     # every node is either drawn or counted in a fold line
     counted = sum(int(re.search(r"… (\d+) more", line).group(1)) for line in folds)
     assert len(text) - 1 - len(folds) + counted == len(wm.nodes())
-    assert len(render_tree(wm, best_node_id=best, width=100).plain.splitlines()) - 1 == len(wm.nodes())
+    assert len(render_tree(wm, best=best, width=100).plain.splitlines()) - 1 == len(wm.nodes())

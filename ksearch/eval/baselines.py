@@ -8,10 +8,16 @@ trusted worker, with the same two clocks the judge applies to candidates (ksearc
 Each variant is checked against the reference before it is timed; one that fails is left out with the
 reason. Each workload is measured once per job, in rounds until the spread of the chosen clock is under
 `SPREAD_TARGET` (or `MAX_ROUNDS` is reached), not once per candidate.
+
+On a CPU (the PyTorch reference, timed on a machine other processes share) one short round says little:
+a round is made long enough to span several scheduler time slices (`CPU_ROUND_MS`), at least
+`CPU_MIN_ROUNDS` rounds are taken, and more until their spread is under the target, within
+`CPU_BUDGET_S` per workload. The median and the spread of those rounds are the baseline and its spread.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +34,10 @@ from ksearch.task import Task, Workload, load_task
 SPREAD_TARGET = 0.01
 MAX_ROUNDS = 15
 GRAPH_TARGET_MS = 25.0
+CPU_ROUND_MS = 10.0         # a CPU round: calls enough to last this long (time slices are a few ms)
+CPU_MIN_ROUNDS = 8
+CPU_MAX_ROUNDS = 40
+CPU_BUDGET_S = 1.0          # per workload and variant, once CPU_MIN_ROUNDS rounds are in
 
 _TASKS: dict[tuple[str, str | None], Task] = {}
 
@@ -54,14 +64,33 @@ def get_task(name: str, root: str | None) -> Task:
     return _TASKS[key]
 
 
-def _until_steady(measure: Callable[[], float], floor: float, min_rounds: int) -> list[float]:
-    """Rounds of `measure()` until the relative spread is under the target (or the cap)."""
+def _until_steady(measure: Callable[[], float], floor: float, min_rounds: int, max_rounds: int = MAX_ROUNDS,
+                  budget_s: float | None = None) -> list[float]:
+    """Rounds of `measure()` until the relative spread is under the target, `max_rounds` are taken, or
+    (with `budget_s`) that many seconds have passed since the first round once `min_rounds` are in."""
     out: list[float] = []
-    while len(out) < MAX_ROUNDS:
+    t0 = _perf()
+    while len(out) < max_rounds:
         out.append(measure())
-        if len(out) >= min_rounds and relative_spread(out, 0.0) <= max(SPREAD_TARGET, floor / 2):
+        if len(out) < min_rounds:
+            continue
+        if relative_spread(out, 0.0) <= max(SPREAD_TARGET, floor / 2):
+            break
+        if budget_s is not None and _perf() - t0 >= budget_s:
             break
     return out
+
+
+def _cpu_rounds(fn: Callable[[int], Any], warmup: int, trials: int, floor: float) -> list[float]:
+    """Call-latency rounds on a CPU (ms per call): see the module docstring."""
+    per_call_ms = float("inf")
+    for _ in range(max(1, warmup)):       # the fastest warm-up call sizes the rounds (the first is cold)
+        t0 = _perf()
+        fn(0)
+        per_call_ms = min(per_call_ms, max((_perf() - t0) * 1e3, 1e-3))
+    n = max(1, math.ceil(CPU_ROUND_MS / per_call_ms))
+    return _until_steady(lambda: gputime.eager_ms(fn, 1, n, "cpu", 1)[0], floor, max(CPU_MIN_ROUNDS, trials),
+                         CPU_MAX_ROUNDS, CPU_BUDGET_S)
 
 
 def time_subject(call: Callable[[], Any], device: str, warmup: int, iterations: int, trials: int
@@ -71,13 +100,13 @@ def time_subject(call: Callable[[], Any], device: str, warmup: int, iterations: 
     on_gpu = device.startswith("cuda")
     floor = noise_floor(device)
     fn: Callable[[int], Any] = lambda _i: call()
+    if not on_gpu:
+        with torch.no_grad():
+            return {"call_latency": _cpu_rounds(fn, warmup, trials, floor)}, "wall_clock_cpu"
     with torch.no_grad():
         for _ in range(max(1, warmup)):
             fn(0)
     gputime.sync(device)
-    if not on_gpu:
-        lat = _until_steady(lambda: gputime.eager_ms(fn, 1, max(1, iterations), device, 1)[0], floor, max(3, trials))
-        return {"call_latency": lat}, "wall_clock_cpu"
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
     fn(0)

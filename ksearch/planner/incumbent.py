@@ -2,7 +2,8 @@
 
 A candidate within the noise of the best (a near-tie) that looks faster is re-measured side by side
 with the best in one job, so drift hits both equally; only then can it win. Every decision is journaled
-(`best` or `not_best` with the basis), and best/ in the run directory always holds the incumbent."""
+(`best` or `not_best` with the basis), and best/ in the run directory always holds the incumbent, with
+best/manifest.json naming the node that produced it (ksearch/store/best_manifest.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Callable
 from ksearch.eval.noise import compare_reports
 from ksearch.eval.report import EvalReport
 from ksearch.store import Journal, RunDir
+from ksearch.store.best_manifest import BestKind, BestManifest, BestMember
 
 
 @dataclass
@@ -27,9 +29,12 @@ class Best:
 
 class Incumbent:
     def __init__(self, journal: Journal, run_dir: RunDir,
-                 remeasure: Callable[[list[str], int], list[EvalReport]], validation: Any = None):
+                 remeasure: Callable[[list[str], int], list[EvalReport]], validation: Any = None, *,
+                 member: Callable[[str, str], BestMember]):
         self.journal, self.run_dir, self._remeasure = journal, run_dir, remeasure
         self.validation = validation       # ksearch.planner.validation: a new best must hold on held-out shapes
+        # (solution id, node id) -> how best/manifest.json names that node (short id, step)
+        self.member = member
         self.best: Best | None = None
 
     @property
@@ -77,4 +82,17 @@ class Incumbent:
         self.journal.event("best", check={"solution_id": solution_id}, score=report.score, node_id=node_id,
                            round=round_index, basis=basis, validate_score=validate_score,
                            validate_set=validate_set)
-        self.run_dir.write_best(self.run_dir.load_solution(solution_id), report.to_json(), node_id)
+        solution = self.run_dir.load_solution(solution_id)
+        self.run_dir.write_best(solution, report.to_json(), manifest(
+            BestKind.KERNEL, report, solution_id, round_index, (self.member(solution_id, node_id),),
+            solution.language, validate_score, validate_set))
+
+
+def manifest(kind: BestKind, report: EvalReport, solution_id: str, round_index: int,
+             members: tuple[BestMember, ...], language: str, validate_score: float | None,
+             validate_set: str | None) -> BestManifest:
+    """best/manifest.json for a new best (see ksearch/store/best_manifest.py)."""
+    assert report.score is not None
+    return BestManifest(kind, report.score, report.score_name or "score", report.baseline, solution_id,
+                        round_index, members, "solution.cu" if language == "cuda" else "solution.py",
+                        validate_score, validate_set)

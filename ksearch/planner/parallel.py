@@ -133,7 +133,8 @@ class ParallelLoop:
         s = self.s
         node = state.node
         for a in state.attempts:
-            s.progress.round_started(a.round, s.cfg.search.max_rounds, node, a.attempt, a.mode)
+            s.progress.round_started(a.round, s.cfg.search.max_rounds, node, a.attempt, a.mode,
+                                     s.short_id(node.node_id))
             s.spend.add(a.usage)
             s.apply_attempt(state, a)
         s.spend.add(close.usage)

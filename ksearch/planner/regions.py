@@ -32,6 +32,7 @@ class RegionBest:
     solution_id: str
     score: float                         # geomean speedup over the region's workloads
     index: tuple[int, ...]               # the scheme's bucket indices (what the dispatcher compares)
+    node_id: str = "?"                   # the node whose evaluation produced the kernel
 
 
 @dataclass
@@ -61,19 +62,26 @@ class RegionBoard:
                 by_region.setdefault(self.regions[w], []).append(math.log(s))
         return {r: math.exp(sum(v) / len(v)) for r, v in by_region.items()}
 
-    def observe(self, solution_id: str, report: EvalReport) -> list[str]:
-        """Take a passing evaluation's per-region scores; returns the regions it now holds."""
+    def observe(self, solution_id: str, report: EvalReport, node_id: str = "?") -> list[str]:
+        """Take a passing evaluation (of `node_id`'s step)'s per-region scores; returns the regions it now holds."""
         won = []
         for r, s in self.region_scores(report).items():
             cur = self.best.get(r)
             if cur is None or s > cur.score:
-                self.best[r] = RegionBest(r, solution_id, s, self.index[r])
+                self.best[r] = RegionBest(r, solution_id, s, self.index[r], node_id)
                 won.append(r)
         return won
 
     def weakest(self) -> RegionBest | None:
         """The region whose best kernel is furthest behind the baseline (lowest score)."""
         return min(self.best.values(), key=lambda b: (b.score, b.region)) if self.best else None
+
+    def node_of(self, solution_id: str) -> str:
+        """The node whose evaluation made `solution_id` a region's holder (its first region, in order)."""
+        return next((self.best[r].node_id for r in sorted(self.best) if self.best[r].solution_id == solution_id), "?")
+
+    def regions_of(self, solution_id: str) -> tuple[str, ...]:
+        return tuple(r for r in sorted(self.best) if self.best[r].solution_id == solution_id)
 
     def holders(self) -> list[str]:
         """Distinct kernels holding at least one region, in region order."""
@@ -151,16 +159,22 @@ def finish_with_dispatch(search: Any) -> None:
         confirmed = search.validation.confirm(report, sid, round_index)
         accepted = confirmed.accepted
         verdict = confirmed.basis
+    member_nodes = {s: best.node_id if s == best.solution_id else board.node_of(s) for s in members_ids}
     search.journal.event("dispatch", check={"composed": True, "solution_id": sid, "accepted": accepted},
-                         members=members_ids, fallback=best.solution_id,
+                         members=members_ids, fallback=best.solution_id, member_nodes=member_nodes,
                          table={",".join(map(str, k)): v for k, v in sorted(table.items())},
                          regions=board.summary(), score=report.score, verdict=verdict)
     if accepted:
-        from ksearch.planner.incumbent import Best   # the search's own record of a best
+        from ksearch.planner.incumbent import Best, manifest   # the search's own record of a best
+        from ksearch.store.best_manifest import BestKind
 
         search.incumbent.best = Best(report.score, sid, best.node_id, round_index, report.to_json(),
                            confirmed.report.score if confirmed.report else None, search.validation.set_name)
         search.journal.event("best", check={"solution_id": sid}, score=report.score, node_id=best.node_id,
                              round=round_index, basis=f"shape dispatch over {len(members)} kernels; {verdict}",
                              validate_score=search.best.validate_score, validate_set=search.best.validate_set)
-        search.run_dir.write_best(sol, report.to_json(), best.node_id)
+        members_of = tuple(search.best_member(s, member_nodes[s], board.regions_of(s), s == best.solution_id)
+                           for s in members_ids)
+        search.run_dir.write_best(sol, report.to_json(), manifest(
+            BestKind.DISPATCH, report, sid, round_index, members_of, sol.language, search.best.validate_score,
+            search.best.validate_set))

@@ -33,8 +33,10 @@ from ksearch.planner.settings import (CHANGEABLE_EVAL_KEYS, CHANGEABLE_SECTIONS,
 from ksearch.planner.regions import RegionBoard, finish_with_dispatch
 from ksearch.planner.validation import Validation
 from ksearch.store import Journal, RunDir
+from ksearch.store.best_manifest import BestMember
 from ksearch.store.fork import ForkSeed, seed_record
 from ksearch.store.records import ConfigChange, ModelFailed, RunStart, parse_record
+from ksearch.store.short_ids import ShortIds
 from ksearch.task import Task, Workload
 from ksearch.world_model import AttachedSolution, EditResult, Node, WorldModel, render_compact, render_frontier
 from ksearch.world_model.fallback import fallback_edit
@@ -54,7 +56,8 @@ class EvaluatorLike(Protocol):
 
 
 class Progress(Protocol):
-    def round_started(self, round_index: int, max_rounds: int, node: Node, attempt: int, mode: str) -> None: ...
+    def round_started(self, round_index: int, max_rounds: int, node: Node, attempt: int, mode: str,
+                      short_id: str | None = None) -> None: ...
     def attempt_done(self, round_index: int, report: EvalReport, best_score: float | None) -> None: ...
     def message(self, text: str) -> None: ...
 
@@ -111,7 +114,9 @@ class Search:
         self.validation = Validation.for_search(cfg, task, device, workload_set, journal, evaluator, run,
                                                 self.progress.message)
         self.regions = RegionBoard(task, workloads)
-        self.incumbent = Incumbent(journal, run, self._remeasure, self.validation)
+        # nodes named as `ksearch show` names them (numbered in the order the tree snapshots show them)
+        self.short_ids = ShortIds()
+        self.incumbent = Incumbent(journal, run, self._remeasure, self.validation, member=self.best_member)
         self.segments = Segments(cfg, run.path, self._record_change, lambda m: self.progress.message(m))
         journal.on_info = self._replayed_info
         journal.on_live = self.segments.went_live
@@ -215,7 +220,18 @@ class Search:
     def _snapshot(self) -> None:
         tree = self.wm.to_json()
         self.journal.event("tree", round=self.round, tree=tree)
+        self.short_ids.add_snapshot(tree)
         self.run_dir.write_tree(tree)
+
+    def short_id(self, node_id: str) -> str:
+        """The node's short id, as `ksearch show` prints it."""
+        return self.short_ids.short(node_id)
+
+    def best_member(self, solution_id: str, node_id: str, regions: tuple[str, ...] = (),
+                    fallback: bool = False) -> BestMember:
+        """How best/manifest.json names the node that produced a kernel of the best."""
+        step = self.wm.node(node_id).step if node_id in self.wm else ""
+        return BestMember(solution_id, node_id, self.short_id(node_id), step, regions, fallback)
 
     # ---- evaluation -------------------------------------------------------------------------------
     def _evaluate(self, solution: Solution, node_id: str, attempt: int, round_index: int,
@@ -298,7 +314,7 @@ class Search:
             else:
                 report = self._evaluate(self.run_dir.load_solution(sid), node.node_id, 0, 0)
                 self.evaluations += 1
-                self.regions.observe(sid, report)
+                self.regions.observe(sid, report, node.node_id)
                 old = node.solution
                 self.wm.attach_solution(node.node_id, AttachedSolution(
                     sid, old.parent_solution_id, 0, report.status, report.score, mean_latency(report)))
@@ -313,7 +329,7 @@ class Search:
                                  description="")
         report = self._evaluate(sol, ROOT_ID, 0, 0)
         self.evaluations += 1
-        self.regions.observe(sol.solution_id, report)
+        self.regions.observe(sol.solution_id, report, ROOT_ID)
         self.codes[sol.solution_id] = sol.main_source
         self.wm.attach_solution(ROOT_ID, AttachedSolution(sol.solution_id, None, 0, report.status, report.score,
                                                           mean_latency(report)))
@@ -380,7 +396,8 @@ class Search:
         while state.k < self.cfg.search.max_rounds_per_cycle and self.round + state.k <= self.cfg.search.max_rounds:
             if self._budget_reason():
                 break
-            self.progress.round_started(state.next_round, self.cfg.search.max_rounds, node, state.k + 1, state.mode)
+            self.progress.round_started(state.next_round, self.cfg.search.max_rounds, node, state.k + 1, state.mode,
+                                        self.short_id(node.node_id))
             attempt = self.produce_attempt(state, cycle=state.cycle, charge=True)
             self.apply_attempt(state, attempt)
             state.record(attempt)
@@ -476,7 +493,8 @@ class Search:
             assert a.solution_id is not None and a.code is not None
             self.codes[a.solution_id] = a.code
             self.evaluations += 1
-            self.regions.observe(a.solution_id, a.report)     # by the owner, in cycle order: deterministic
+            # by the owner, in cycle order: deterministic
+            self.regions.observe(a.solution_id, a.report, state.node.node_id)
             self._consider_best(a.report, a.solution_id, state.node.node_id, a.round)
         self.wm.record_attempt(state.node.node_id)
         self.progress.attempt_done(a.round, a.report, self.best.score if self.best else None)

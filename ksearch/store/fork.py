@@ -15,6 +15,7 @@ from typing import Any
 
 from ksearch.instantiate.solution import Solution
 from ksearch.store import records as R
+from ksearch.store.short_ids import ShortIds
 from ksearch.world_model import WorldModel
 
 
@@ -47,10 +48,13 @@ def load_fork(source: Path, node_id: str | None) -> ForkSeed:
     full = WorldModel.from_json(trees[-1])
     if not node_id:
         raise ForkError(f"fork.from needs fork.node=ID too (a node of {source}; `ksearch show {source}` lists them)")
-    if node_id not in full:
-        ids = [n.node_id for n in full.nodes()][:20]
-        raise ForkError(f"fork.node={node_id} is not a node of {source}; it has {', '.join(ids)}"
-                        + (" ..." if len(full.nodes()) > 20 else ""))
+    ids = ShortIds.from_snapshots(trees).covering(full)
+    try:
+        node_id = ids.resolve(str(node_id), full)        # the short ids `ksearch show` prints, or full ids
+    except KeyError:
+        shown = [ids.short(n.node_id) for n in full.nodes()]
+        raise ForkError(f"fork.node={node_id} is not a node of {source}; it has {', '.join(shown[:20])}"
+                        + (" ..." if len(shown) > 20 else "") + f" (`ksearch show {source}` lists them)") from None
     path = full.path(node_id)
     keep = {n.node_id for n in path}
     tree = dict(trees[-1])

@@ -246,6 +246,11 @@ class RunHistory:
     def evaluations_of(self, node_id: str) -> list[Evaluation]:
         return [e for e in self.evaluations if e.node_id == node_id]
 
+    def evaluation_number(self, solution_id: str, round_index: int | None = None) -> int | None:
+        """1-based position of a solution's evaluation among the run's evaluations (journal order)."""
+        e = self.evaluation_of(solution_id, round_index)
+        return self.evaluations.index(e) + 1 if e is not None else None
+
     def evaluation_of(self, solution_id: str, round_index: int | None = None) -> Evaluation | None:
         """The evaluation of a solution, preferring the given round (a solution can be evaluated twice)."""
         hits = [e for e in self.evaluations if e.solution_id == solution_id]
@@ -295,8 +300,9 @@ def load_history(run_dir: str | Path) -> RunHistory:
             usage.add(str(r.value.get("model") or "?"), r.purpose, r.usage)
         elif isinstance(r, R.TreeSnapshot) and r.tree:
             tree = r.tree
-        elif isinstance(r, R.Baseline) and r.value:
-            baseline = _baseline_from_json(r.value)
+        elif isinstance(r, R.Baseline) and r.value and (baseline is None or _is_search_set(r.key, by_kind)):
+            # the search set's baseline (the validate set has its own record, with other workloads)
+            baseline = _baseline_from_json(r.value) or baseline
         elif isinstance(r, R.RunEnd):
             stop, ended_at = str(r.stop or "ended"), r.t
         if r.kind not in ("run_end", "tree") and stop is not None:
@@ -304,6 +310,13 @@ def load_history(run_dir: str | Path) -> RunHistory:
     times = [r["t"] for r in records if isinstance(r.get("t"), (int, float))]
     return RunHistory(run_dir, config, records, by_kind, evaluations, bests, usage, tree, baseline, stop,
                       min(times, default=None), max(times, default=None), ended_at, torn, probe(run_dir))
+
+
+def _is_search_set(key: str, by_kind: dict[str, list[dict[str, Any]]]) -> bool:
+    """Whether a baseline record's key (device:workload_set:seed) is the run's search set."""
+    start = (by_kind.get("run_start") or [{}])[0]
+    parts = key.split(":")
+    return bool(start.get("workload_set")) and len(parts) >= 3 and parts[-2] == start.get("workload_set")
 
 
 def is_run_dir(path: str | Path) -> bool:

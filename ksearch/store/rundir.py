@@ -9,6 +9,7 @@ from typing import Any
 
 from ksearch.atomic import atomic_write
 from ksearch.instantiate.solution import Solution
+from ksearch.store.best_manifest import MANIFEST_NAME, BestManifest
 
 __all__ = ["RunDir", "default_run_dir", "atomic_write"]
 
@@ -64,13 +65,21 @@ class RunDir:
     def load_solution(self, solution_id: str) -> Solution:
         return Solution.from_json(json.loads((self.path / "solutions" / f"{solution_id}.json").read_text()))
 
-    def write_best(self, solution: Solution, report: dict[str, Any], node_id: str) -> None:
+    def write_best(self, solution: Solution, report: dict[str, Any], manifest: BestManifest) -> None:
+        """best/: the kernel (solution.py or .cu, and solution.json), its report, and manifest.json saying
+        what it is (one node's kernel, or a shape dispatch over named nodes). The manifest is written last:
+        a reader that finds it for this solution finds the rest."""
         best = self.path / "best"
         best.mkdir(parents=True, exist_ok=True)
         suffix = ".cu" if solution.language == "cuda" else ".py"
+        stale = best / ("solution.py" if suffix == ".cu" else "solution.cu")
+        if stale.exists():              # a CUDA best replaced a Triton one (or back): one kernel file only
+            stale.unlink()
         atomic_write(best / f"solution{suffix}", solution.main_source)
         atomic_write(best / "solution.json", json.dumps(solution.to_json(), indent=1))
+        node_id = manifest.members[0].node_id if manifest.members else "?"
         atomic_write(best / "report.json", json.dumps({"node_id": node_id, **report}, indent=1, default=str))
+        atomic_write(best / MANIFEST_NAME, json.dumps(manifest.to_json(), indent=1))
 
     def write_tree(self, tree: dict[str, Any]) -> None:
         atomic_write(self.path / "tree.json", json.dumps(tree, indent=1, default=str))

@@ -3,16 +3,22 @@
 "How fast" needs one score that every run can be measured against; by default it is the smallest best
 score among the runs, which every run that found a passing kernel has reached, so each row gets a time
 and a round count (a run that never got there shows "-").
+
+Scores are ratios to a baseline each run measured itself, so every row shows that baseline (geometric
+mean over the workloads, with its spread), and `baseline_note` says when two runs of one task measured
+baselines that differ beyond their spread: their scores then do not compare, their kernels do.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rich.table import Table
 
+from ksearch.eval.noise import compare_scores
 from ksearch.store.history import NotARunError, RunHistory, is_run_dir
 from ksearch.viz.tree_view import format_duration
 
@@ -33,6 +39,11 @@ class CompareRow:
     status: str
     time_to_target_s: float | None
     rounds_to_target: int | None
+    baseline_ms: float | None = None        # geometric mean over the workloads of the run's baseline
+    baseline_spread: float | None = None    # its relative spread (RMS over the workloads)
+    workload_set: str = "?"
+    device: str = "?"
+    path: str = ""                          # the run directory as given
 
 
 def expand_run_dirs(paths: list[str | Path]) -> list[Path]:
@@ -69,8 +80,39 @@ def compare_rows(histories: list[RunHistory], target: float | None) -> list[Comp
             cost_usd=h.usage.cost_usd, tokens=h.usage.total_tokens, wall_s=h.wall_s,
             status=h.stop_reason if h.ended else "not finished",
             time_to_target_s=(hit.t - h.started_at) if hit and h.started_at is not None else None,
-            rounds_to_target=hit.round if hit else None))
+            rounds_to_target=hit.round if hit else None, **_baseline_summary(h),
+            workload_set=h.workload_set, device=h.device, path=str(h.run_dir)))
     return rows
+
+
+def _baseline_summary(h: RunHistory) -> dict[str, float | None]:
+    """The run's baseline in one number: geometric mean of its per-workload times, RMS of their spreads."""
+    times = h.baseline.best() if h.baseline else {}
+    spreads = list(h.baseline.best_spread().values()) if h.baseline else []
+    positive = [v for v in times.values() if v and v > 0]
+    if not positive:
+        return {"baseline_ms": None, "baseline_spread": None}
+    return {"baseline_ms": math.exp(sum(map(math.log, positive)) / len(positive)),
+            "baseline_spread": math.sqrt(sum(x * x for x in spreads) / len(spreads)) if spreads else None}
+
+
+def baseline_note(rows: list[CompareRow]) -> str | None:
+    """A warning when runs of one task, workload set and device measured baselines that differ beyond
+    their spreads (a busy CPU, another GPU clock): their scores divide by different numbers."""
+    groups: dict[tuple[str, str, str], list[CompareRow]] = {}
+    for r in rows:
+        if r.baseline_ms:
+            groups.setdefault((r.task, r.workload_set, r.device), []).append(r)
+    for (task, _, _), group in groups.items():
+        lo = min(group, key=lambda r: r.baseline_ms or 0.0)
+        hi = max(group, key=lambda r: r.baseline_ms or 0.0)
+        if lo is hi or compare_scores(hi.baseline_ms, hi.baseline_spread or 0.0, lo.baseline_ms,
+                                      lo.baseline_spread or 0.0) == "tie":
+            continue
+        return (f"the baselines of {lo.run} and {hi.run} differ ({lo.baseline_ms:.4g} vs {hi.baseline_ms:.4g} ms, "
+                f"beyond their spread), so their scores do not compare; time their best kernels side by side: "
+                f"`ksearch bench task={task} --run {lo.path} --run {hi.path}`")
+    return None
 
 
 def compare_table(rows: list[CompareRow], target: float | None) -> Table:
@@ -82,6 +124,8 @@ def compare_table(rows: list[CompareRow], target: float | None) -> Table:
         cells.append({
             "run": r.run, "task": r.task, "model": r.model, "policy": r.policy, "seed": str(r.seed),
             "best": f"{r.best_score:.4g}x" if r.best_score is not None else "-",
+            "baseline ms": (f"{r.baseline_ms:.4g}" + (f" ±{100 * r.baseline_spread:.0f}%" if r.baseline_spread else "")
+                            if r.baseline_ms else "-"),
             "rounds": str(r.rounds), "evals": str(r.evaluations), "cost": f"${r.cost_usd:.4f}",
             "wall": format_duration(r.wall_s),
             "to target": (f"{format_duration(r.time_to_target_s)}, round {r.rounds_to_target}"

@@ -18,11 +18,12 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import CppLexer, DiffLexer, PythonLexer
 
+from ksearch.store.best_manifest import BestManifest, manifest_from_history
 from ksearch.store.history import RunHistory
+from ksearch.store.short_ids import ShortIds
 from ksearch.viz import plots
 from ksearch.viz.node_rows import NodeRow, node_rows, pred_meas, speedup
 from ksearch.viz.node_view import kernel_diff
-from ksearch.viz.short_ids import ShortIds
 from ksearch.viz.speedups import prediction_points
 from ksearch.viz.tree_view import format_duration, run_summary
 from ksearch.world_model import WorldModel
@@ -64,12 +65,12 @@ def write_html_report(history: RunHistory, out_dir: Path | None = None) -> Path:
 def render_html(history: RunHistory) -> str:
     wm = history.world_model()
     ids = ShortIds.from_history(history)
-    best = history.best
-    rows = node_rows(wm, ids, best.node_id if best else None) if wm is not None else {}
-    parts = [_header(history), _plots(history, wm)]
+    best = manifest_from_history(history, ids)
+    rows = node_rows(wm, ids, best) if wm is not None else {}
+    parts = [_header(history), _plots(history, wm, ids)]
     if wm is not None:
         parts.append(_tree(wm, rows, history))
-    parts.append(_kernels(history, wm, rows))
+    parts.append(_kernels(history, wm, rows, best))
     body = "\n".join(p for p in parts if p)
     style = _CSS + HtmlFormatter(cssclass="hl").get_style_defs(".hl")
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
@@ -94,14 +95,14 @@ def _header(h: RunHistory) -> str:
             f"<p>{_e(run_summary(h).plain)}</p>")
 
 
-def _plots(h: RunHistory, wm: WorldModel | None) -> str:
+def _plots(h: RunHistory, wm: WorldModel | None, ids: ShortIds) -> str:
     report = h.best_report()
     with tempfile.TemporaryDirectory(prefix="ksearch-html-") as tmp:     # never inside the run directory
         tmp_dir = Path(tmp)
         pngs = [("best score against round", plots.plot_best_by_round(h, tmp_dir / "best.png")),
                 ("predicted vs measured speedup, per node",
                  plots.plot_predictions(prediction_points(wm) if wm is not None else [], tmp_dir / "pred.png",
-                                        "predicted vs measured speedup, per node")),
+                                        "predicted vs measured speedup, per node", labels=ids.by_full)),
                 ("best kernel per workload", plots.plot_workload_speedups(report.speedups if report else {},
                                                                         tmp_dir / "work.png",
                                                                         "best kernel per workload"))]
@@ -121,7 +122,7 @@ def _tree(wm: WorldModel, rows: dict[str, NodeRow], h: RunHistory) -> str:
         if h.evaluations_of(node_id):                    # its kernels are listed below
             ident = f"<a href=\"#k-{_e(row.short)}\">{ident}</a>"
         line = (f"{ident} "
-                f"{'&#9733; ' if row.is_best else ''}{_e(row.title)} "
+                f"{'&#9733; ' if row.is_best else ('+ ' if row.in_best else '')}{_e(row.title)} "
                 f"<span class=\"{row.status}\">[{row.status}]</span> "
                 f"<span class=\"num\">score {speedup(row.score)} &middot; vs parent {speedup(row.vs_parent)} "
                 f"&middot; pred-&gt;meas {_e(pred_meas(row))}</span>")
@@ -136,13 +137,15 @@ def _tree(wm: WorldModel, rows: dict[str, NodeRow], h: RunHistory) -> str:
             "<button onclick=\"setAll(false)\">collapse all</button></p>\n"
             f"<p class=\"legend\">score: against {_e(against)}; vs parent: against the kernel the step started "
             "from (- when the parent holds none); pred-&gt;meas: the model's predicted speedup and the measured "
-            "one over the parent's kernel (a family: over the baseline). &#9733; marks the best node; hover a "
-            "node for its full id, click its id for its kernels.</p>\n"
+            "one over the parent's kernel (a family: over the baseline). &#9733; marks the node whose kernel "
+            "best/ holds (at the best's score); + marks each node whose kernel is in best/ when best/ is a shape "
+            "dispatch; hover a node for its full id, click its id for its kernels.</p>\n"
             f"<div class=\"tree\">{node_html(wm.root.node_id)}</div>")
 
 
-def _kernels(h: RunHistory, wm: WorldModel | None, rows: dict[str, NodeRow]) -> str:
+def _kernels(h: RunHistory, wm: WorldModel | None, rows: dict[str, NodeRow], best: BestManifest | None) -> str:
     """Every evaluated kernel, grouped by node in tree order; then any kernel file no evaluation names."""
+    in_best = {best.solution_id} | {m.solution_id for m in best.members} if best else set()
     shown: set[str] = set()
     sections = []
     order = [n.node_id for n in wm.nodes()] if wm is not None else []
@@ -163,7 +166,8 @@ def _kernels(h: RunHistory, wm: WorldModel | None, rows: dict[str, NodeRow]) -> 
             src = h.solution_source(e.solution_id)
             head = (f"{_e(e.solution_id)} &middot; round {e.round}, attempt {e.attempt} &middot; "
                     f"{_e(e.report.status)}" + (f" &middot; {speedup(e.score)}" if e.score is not None else "")
-                    + (" &middot; <b>attached</b>" if e.solution_id == attached else ""))
+                    + (" &middot; <b>attached</b>" if e.solution_id == attached else "")
+                    + (" &middot; <b>in best/</b>" if e.solution_id in in_best else ""))
             blocks.append(_code_block(head, src, h.solution_language(e.solution_id), opened=e.solution_id == attached))
             if e.solution_id == attached and node is not None and wm is not None:
                 base_sid, diff = kernel_diff(h, wm, node, e.solution_id)
@@ -171,7 +175,8 @@ def _kernels(h: RunHistory, wm: WorldModel | None, rows: dict[str, NodeRow]) -> 
                     blocks.append(_code_block(f"diff against the parent's kernel {_e(base_sid)}",
                                               diff or "(identical to the parent's kernel)\n", "diff"))
         if blocks:
-            title = _e(row.title) if row else ""
+            title = _e(row.title) if row else ("shape dispatch over the regions' best kernels"
+                                               if node_id == "dispatch" else "")
             sections.append(f"<h3 id=\"k-{_e(short)}\">{_e(short)} {title} <code>{_e(node_id)}</code></h3>\n"
                             + "\n".join(blocks))
     solutions = h.run_dir / "solutions"

@@ -5,13 +5,18 @@ Three numbers per node, each in one frame only:
 - `vs_parent`: against the kernel the node started from; None for a family under a root without a kernel;
 - `predicted` / `measured`: the model's prediction and the measurement in the prediction's own frame
   (against the parent's kernel, or against the baseline for a family; see viz/speedups.py).
+
+The run's best (best/manifest.json) marks its node: `is_best` when best/ holds that node's kernel, whose
+row then shows the best's own score (the one best number every view prints), or `in_best` for each node
+whose kernel is a member of a best that is a shape dispatch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ksearch.viz.short_ids import ShortIds
+from ksearch.store.best_manifest import BestKind, BestManifest
+from ksearch.store.short_ids import ShortIds
 from ksearch.viz.speedups import family_of, measured_vs_parent, predicted_speedup, vs_parent_kernel
 from ksearch.world_model import Node, WorldModel
 
@@ -32,7 +37,8 @@ class NodeRow:
     attempts: int
     failed_cycles: int
     on_best_path: bool
-    is_best: bool
+    is_best: bool               # best/ holds this node's kernel
+    in_best: bool = False       # best/ is a shape dispatch with this node's kernel among its members
 
     @property
     def is_family(self) -> bool:
@@ -41,29 +47,51 @@ class NodeRow:
 
 def node_title(node: Node) -> str:
     """The step in a few words: the choice it makes, else its action's title."""
-    if node.is_root:
-        return "root"
-    return (node.choice or (node.action.title if node.action else "") or node.decision or "").strip()
+    return node.step
 
 
-def node_rows(wm: WorldModel, ids: ShortIds, best_node_id: str | None) -> dict[str, NodeRow]:
-    """One row per node of the tree, in tree order (parents before children)."""
-    best_path = {n.node_id for n in wm.path(best_node_id)} if best_node_id and best_node_id in wm else set()
+def node_rows(wm: WorldModel, ids: ShortIds, best: BestManifest | str | None) -> dict[str, NodeRow]:
+    """One row per node of the tree, in tree order (parents before children). `best`: the run's best
+    (a node id alone stands for that node's kernel, at the node's own score)."""
+    kernel_node, members, best_score = _best_marks(best)
+    best_path = {n.node_id for m in ([kernel_node] if kernel_node else members) if m in wm for n in wm.path(m)}
     ids.covering(wm)
     rows: dict[str, NodeRow] = {}
     for node in wm.nodes():
         fam = family_of(wm, node.node_id) if not node.is_root else None
+        score = node.solution.score if node.solution and node.solution.score is not None else None
+        is_best = node.node_id == kernel_node
+        # the best kernel's row is about the best's own measurement (a near-tie re-measurement, say)
+        rescale = best_score / score if is_best and best_score is not None and score else 1.0
+        vs_parent = None if node.is_root else vs_parent_kernel(wm, node)
+        measured = None if node.is_root else measured_vs_parent(wm, node)
         rows[node.node_id] = NodeRow(
             node_id=node.node_id, short=ids.short(node.node_id), parent_id=node.parent_id,
             depth=wm.depth(node.node_id), status=node.status, title=node_title(node),
             family=fam.node_id if fam else None,
-            score=node.solution.score if node.solution and node.solution.score is not None else None,
-            vs_parent=None if node.is_root else vs_parent_kernel(wm, node),
+            score=best_score if is_best and best_score is not None else score,
+            vs_parent=vs_parent * rescale if vs_parent is not None else None,
             predicted=None if node.is_root else predicted_speedup(node),
-            measured=None if node.is_root else measured_vs_parent(wm, node),
+            measured=measured * rescale if measured is not None else None,
             attempts=node.attempts, failed_cycles=node.failed_cycles,
-            on_best_path=node.node_id in best_path, is_best=node.node_id == best_node_id)
+            on_best_path=node.node_id in best_path, is_best=is_best, in_best=node.node_id in members)
     return rows
+
+
+def _best_marks(best: BestManifest | str | None) -> tuple[str | None, set[str], float | None]:
+    """(node whose kernel is the best, nodes whose kernels a dispatch best is made of, the best's score)."""
+    if best is None:
+        return None, set(), None
+    if isinstance(best, str):
+        return best, set(), None
+    if best.kind is BestKind.KERNEL:
+        return best.members[0].node_id, set(), best.score
+    return None, set(best.node_ids), None
+
+
+def best_mark(row: NodeRow) -> str:
+    """'* ' before the best kernel's step, '+ ' before a dispatch member's, else nothing."""
+    return "* " if row.is_best else ("+ " if row.in_best else "")
 
 
 def speedup(v: float | None) -> str:

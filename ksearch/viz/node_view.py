@@ -15,8 +15,9 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from ksearch.store.best_manifest import BestKind, BestManifest, manifest_from_history
 from ksearch.store.history import Evaluation, RunHistory
-from ksearch.viz.short_ids import ShortIds
+from ksearch.store.short_ids import ShortIds
 from ksearch.viz.speedups import base_node, measured_vs_parent, parent_score, predicted_speedup
 from ksearch.world_model import Node, WorldModel
 
@@ -36,10 +37,11 @@ def node_sections(history: RunHistory, node_id: str, *, wm: WorldModel | None = 
     ids = (ids if ids is not None else ShortIds.from_history(history)).covering(wm)
     node = wm.node(ids.resolve(node_id, wm))
     shown = shown_evaluation(history, node)
-    plan: list[RenderableType] = [_plan(wm, node, ids)]
+    best = manifest_from_history(history, ids)
+    plan: list[RenderableType] = [_plan(wm, node, ids, best)]
     if node.notes:
         plan.append(Panel(Text(node.notes), title="model's notes", title_align="left", border_style="dim"))
-    attempts: list[RenderableType] = [_attempts(history, node)]
+    attempts: list[RenderableType] = [_attempts(history, node, best)]
     if shown is not None:
         attempts.append(_workloads(history, shown))
     kernel, diff = _kernel_and_diff(history, wm, node, shown)
@@ -56,12 +58,15 @@ def shown_evaluation(history: RunHistory, node: Node) -> Evaluation | None:
     return attempts[-1] if attempts else None
 
 
-def _plan(wm: WorldModel, node: Node, ids: ShortIds) -> Panel:
+def _plan(wm: WorldModel, node: Node, ids: ShortIds, best: BestManifest | None = None) -> Panel:
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column()
-    t.add_row("path", " > ".join(n.node_id for n in wm.path(node.node_id)))
-    t.add_row("short ids", " > ".join(ids.short(n.node_id) for n in wm.path(node.node_id)))
+    t.add_row("path", " > ".join(ids.short(n.node_id) for n in wm.path(node.node_id)))
+    t.add_row("full id", node.node_id)
+    in_best = best_role(best, node.node_id)
+    if in_best:
+        t.add_row("best", Text(in_best, style="bold magenta"))
     t.add_row("status", f"{node.status}" + (" (retired after failed cycles)" if node.retired else ""))
     t.add_row("decision", node.decision or "-")
     t.add_row("choice", node.choice or "-")
@@ -95,10 +100,24 @@ def _plan(wm: WorldModel, node: Node, ids: ShortIds) -> Panel:
         s = node.solution
         t.add_row("solution", f"{s.solution_id} (attached in round {s.round_index}, {s.status}"
                   + (f", {s.score_name} {s.score:.4g}x" if s.score is not None else "") + ")")
-    return Panel(t, title=f"node {node.node_id} ({ids.short(node.node_id)})", title_align="left")
+    return Panel(t, title=f"node {ids.short(node.node_id)}: {node.step}", title_align="left")
 
 
-def _attempts(history: RunHistory, node: Node) -> RenderableType:
+def best_role(best: BestManifest | None, node_id: str) -> str:
+    """What best/ holds of this node's work, in a sentence; '' when nothing."""
+    if best is None:
+        return ""
+    mine = [m for m in best.members if m.node_id == node_id]
+    if not mine:
+        return ""
+    if best.kind is BestKind.KERNEL:
+        return (f"best/ holds this node's kernel {best.solution_id}: {best.score:.4g}x, the run's best "
+                f"(round {best.round})")
+    return (f"best/ is a shape dispatch ({best.score:.4g}x); this node's kernel "
+            + "; ".join(f"{m.solution_id} serves {m.serves() or 'no region'}" for m in mine))
+
+
+def _attempts(history: RunHistory, node: Node, best: BestManifest | None = None) -> RenderableType:
     evals = history.evaluations_of(node.node_id)
     failed = [r for r in history.iter_kind("cycle_failed") if r.get("node_id") == node.node_id]
     if not evals:
@@ -108,9 +127,11 @@ def _attempts(history: RunHistory, node: Node) -> RenderableType:
     for col in ("round", "attempt", "solution", "status", "score", "eval s"):
         t.add_column(col)
     attached = node.solution.solution_id if node.solution else None
+    in_best = {m.solution_id for m in best.members if m.node_id == node.node_id} if best else set()
     for e in evals:
         style = "bold green" if e.solution_id == attached else ("" if e.passed else "red")
-        t.add_row(str(e.round), str(e.attempt), e.solution_id + (" (attached)" if e.solution_id == attached else ""),
+        marks = [m for m, on in (("attached", e.solution_id == attached), ("in best/", e.solution_id in in_best)) if on]
+        t.add_row(str(e.round), str(e.attempt), e.solution_id + (f" ({', '.join(marks)})" if marks else ""),
                   e.report.status, f"{e.score:.4g}x" if e.score is not None else "-",
                   f"{e.report.elapsed_s:.1f}", style=style)
     return t
@@ -119,15 +140,19 @@ def _attempts(history: RunHistory, node: Node) -> RenderableType:
 def _workloads(history: RunHistory, e: Evaluation) -> RenderableType:
     r = e.report
     base = history.baseline.best() if history.baseline else {}
+    base_spread = history.baseline.best_spread() if history.baseline else {}
     t = Table(title=f"evaluation of {e.solution_id} (round {e.round}) on {r.device}: {r.summary()}",
               title_justify="left")
     for col in ("workload", "status", "latency ms", "baseline ms", "speedup", "max abs err", "max rel err", "message"):
         t.add_column(col)
     for w in r.workloads:
         sp = r.speedups.get(w.workload)
+        if getattr(w, "baseline_ms", None):                 # interleaved with the kernel (GPU)
+            baseline = _fmt(w.baseline_ms) + _spread(getattr(w, "baseline_spread", None))
+        else:                                               # the run's baseline measurement
+            baseline = _fmt(base.get(w.workload)) + _spread(base_spread.get(w.workload))
         t.add_row(w.workload, Text(w.status, style="green" if w.status == "PASSED" else "red"),
-                  _fmt(w.latency_ms) + _spread(getattr(w, "spread", None)),
-                  _fmt(getattr(w, "baseline_ms", None) or base.get(w.workload)), f"{sp:.3g}x" if sp else "-",
+                  _fmt(w.latency_ms) + _spread(getattr(w, "spread", None)), baseline, f"{sp:.3g}x" if sp else "-",
                   _fmt(w.max_abs_error, ".3g"), _fmt(w.max_rel_error, ".3g"), Text(w.message[:200]))
     parts: list[RenderableType] = [t]
     if r.baseline:

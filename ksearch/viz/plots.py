@@ -50,8 +50,11 @@ def plot_best_by_round(history: RunHistory, path: Path) -> Path | None:
     return path
 
 
-def plot_predictions(points: list[PredictionPoint], path: Path, title: str) -> Path | None:
-    """Predicted against measured speedup over the parent kernel, one point per closed node, log axes."""
+def plot_predictions(points: list[PredictionPoint], path: Path, title: str,
+                     labels: dict[str, str] | None = None) -> Path | None:
+    """Predicted against measured speedup over the parent kernel, one point per closed node, log axes;
+    each point labelled with its node's short id (`labels`: full id -> short id, as `show` prints them)."""
+    labels = labels or {}
     if not points:
         return None
     fig = _figure(6.0, 5.2)
@@ -63,7 +66,7 @@ def plot_predictions(points: list[PredictionPoint], path: Path, title: str) -> P
         ax.scatter([p.predicted for p in sub], [p.measured for p in sub], color=colors[fam], s=30,
                    label=fam[:40], zorder=3)
     for p in points:
-        ax.annotate(p.node_id, (p.predicted, p.measured), fontsize=6, color="0.35",
+        ax.annotate(labels.get(p.node_id, p.node_id), (p.predicted, p.measured), fontsize=6, color="0.35",
                     xytext=(3, 3), textcoords="offset points")
     values = [p.predicted for p in points] + [p.measured for p in points]
     lo, hi = min(values) / 1.3, max(values) * 1.3

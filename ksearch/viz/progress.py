@@ -41,13 +41,15 @@ class LiveProgress:
         if self._live is not None:
             self._live.update(self._render())
 
-    def round_started(self, round_index: int, max_rounds: int, node: Node, attempt: int, mode: str) -> None:
-        title = node.action.title if node.action else node.node_id
+    def round_started(self, round_index: int, max_rounds: int, node: Node, attempt: int, mode: str,
+                      short_id: str | None = None) -> None:
+        """`short_id`: the node as `ksearch show` names it (what `show --node` and `fork.node=` take)."""
+        title = node.action.title if node.action else node.step
         self.state["round"] = f"{round_index}/{max_rounds}"
-        self.state["action"] = f"{node.node_id}: {title} (attempt {attempt}, {mode})"
+        self.state["action"] = f"{short_id or node.node_id}: {title} (attempt {attempt}, {mode})"
         if self._live is None:
-            self.console.print(f"[round {round_index}/{max_rounds}] {node.node_id}: {title} "
-                               f"(attempt {attempt}, {mode})", highlight=False)
+            self.console.print(f"[round {round_index}/{max_rounds}] {self.state['action']}", highlight=False,
+                               markup=False)
         self._refresh()
 
     def attempt_done(self, round_index: int, report: EvalReport, best_score: float | None) -> None:

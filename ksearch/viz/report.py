@@ -9,10 +9,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from ksearch.store.best_manifest import BestKind, manifest_from_history
 from ksearch.store.history import RunHistory
+from ksearch.store.short_ids import ShortIds
 from ksearch.viz import plots
 from ksearch.viz.speedups import PredictionPoint, families, family_of, geometric_error, prediction_points
-from ksearch.viz.tree_view import format_duration
+from ksearch.viz.tree_view import format_duration, found_at
 from ksearch.world_model import WorldModel
 
 
@@ -21,6 +23,9 @@ def write_report(history: RunHistory, out_dir: Path | None = None) -> Path:
     out = Path(out_dir) if out_dir is not None else history.run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     wm = history.world_model()
+    ids = ShortIds.from_history(history)
+    if wm is not None:
+        ids.covering(wm)
     points = prediction_points(wm) if wm is not None else []
     best_report = history.best_report()
     speedups = best_report.speedups if best_report else {}
@@ -28,12 +33,12 @@ def write_report(history: RunHistory, out_dir: Path | None = None) -> Path:
     figs = {
         "best": plots.plot_best_by_round(history, out / "best_by_round.png"),
         "pred": plots.plot_predictions(points, out / "predicted_vs_measured.png",
-                                       "predicted vs measured speedup, per node"),
+                                       "predicted vs measured speedup, per node", labels=ids.by_full),
         "workloads": plots.plot_workload_speedups(speedups, out / "workload_speedups.png",
                                                   "best kernel per workload"),
     }
-    sections = [_header(history), _result(history, wm, figs["best"]), _workloads(history, figs["workloads"]),
-                _predictions(points, figs["pred"]), _narrative(history, wm), _cost(history)]
+    sections = [_header(history), _result(history, wm, ids, figs["best"]), _workloads(history, figs["workloads"]),
+                _predictions(points, ids, wm, figs["pred"]), _narrative(history, wm, ids), _cost(history)]
     path = out / "report.md"
     path.write_text("\n\n".join(s.strip("\n") for s in sections if s) + "\n")
     return path
@@ -54,27 +59,37 @@ def _header(h: RunHistory) -> str:
             f"- {status}\n")
 
 
-def _result(h: RunHistory, wm: WorldModel | None, best_png: Path | None) -> str:
+def _result(h: RunHistory, wm: WorldModel | None, ids: ShortIds, best_png: Path | None) -> str:
     lines = ["## Result", ""]
-    b = h.best
-    if b is None:
+    best = manifest_from_history(h, ids)
+    if best is None:
         lines.append(f"No passing kernel in {len(h.evaluations)} evaluations.")
     else:
-        found = format_duration(b.t - h.started_at) if h.started_at else "?"
+        b = h.best
+        found = format_duration(b.t - h.started_at) if b is not None and h.started_at else "?"
         report = h.best_report()
         spread = getattr(report, "score_spread", None) if report else None
         noise = f" (±{100 * spread:.1f}% timing spread)" if spread else ""
-        against = h.baseline.label if h.baseline else "the baseline"
-        lines.append(f"Best: **{b.score:.4g}x**{noise} {_score_name(h)} against {against}, "
-                     f"node `{b.node_id}`, round {b.round}, solution `{b.solution_id}`; found {found} into the run, "
-                     f"after {sum(1 for e in h.evaluations if e.seq < b.seq)} of {len(h.evaluations)} evaluations.")
-        held = next((r for r in reversed(h.by_kind.get("best", [])) if r.get("solution_id") == b.solution_id), {})
-        if held.get("validate_score") is not None:                                       # [shapes] held-out score
-            lines.append(f"On the held-out set `{held.get('validate_set')}`: **{held['validate_score']:.4g}x**.")
-        if wm is not None and b.node_id in wm:
-            steps = [f"`{n.node_id}` ({_md(n.choice or (n.action.title if n.action else ''))})"
-                     for n in wm.path(b.node_id)[1:]]
-            lines += ["", "Plan that led there: root -> " + " -> ".join(steps)]
+        lines.append(f"Best: **{best.score:.4g}x**{noise} {best.score_name.replace('_', ' ')} against "
+                     f"{best.baseline}: the {_md(best.describe())}. Found in {found_at(h, best)}, {found} into "
+                     f"the run; solution `{best.solution_id}` (`best/{best.file}`; `best/manifest.json` says what "
+                     f"it is).")
+        if best.validate_score is not None:                                               # [shapes] held-out score
+            lines.append(f"On the held-out set `{best.validate_set}`: **{best.validate_score:.4g}x**.")
+        if best.kind is BestKind.DISPATCH:
+            lines += ["", "A shape dispatch is one module whose `run()` reads the input shapes and calls the "
+                          "kernel that was fastest on that region of the shape space (the fallback serves shapes "
+                          "in no listed region). Its kernels:", ""]
+            for m in best.members:
+                e = h.evaluation_of(m.solution_id)
+                where = f"round {e.round}" if e else "?"
+                lines.append(f"- `{m.short_id}` {_md(m.step)}: solution `{m.solution_id}` (found in {where}); "
+                             f"serves {_md(m.serves() or 'no region')}")
+        if wm is not None:
+            for m in best.members:
+                if m.node_id in wm:
+                    steps = [f"`{ids.short(n.node_id)}` ({_md(n.step)})" for n in wm.path(m.node_id)[1:]]
+                    lines += ["", f"Plan that led to {m.short_id}: root -> " + " -> ".join(steps)]
     if best_png:
         lines += ["", f"![best score against round]({best_png.name})"]
     return "\n".join(lines)
@@ -87,12 +102,16 @@ def _workloads(h: RunHistory, png: Path | None) -> str:
     if report is None:
         return ""
     base = h.baseline.best() if h.baseline else {}
+    base_spread = h.baseline.best_spread() if h.baseline else {}
     rows = ["| workload | status | baseline ms | best kernel ms | speedup |", "|---|---|---:|---:|---:|"]
     for w in report.workloads:
         sp = report.speedups.get(w.workload)
-        baseline_ms = getattr(w, "baseline_ms", None) or base.get(w.workload)    # interleaved (GPU) if measured
-        rows.append(f"| {_md(w.workload)} | {w.status} | {_f(baseline_ms)} | {_f(w.latency_ms)} | "
-                    f"{f'{sp:.3g}x' if sp else '-'} |")
+        if getattr(w, "baseline_ms", None):                     # interleaved with the kernel (GPU)
+            baseline_ms, spread = w.baseline_ms, getattr(w, "baseline_spread", None)
+        else:                                                   # the run's baseline measurement
+            baseline_ms, spread = base.get(w.workload), base_spread.get(w.workload)
+        rows.append(f"| {_md(w.workload)} | {w.status} | {_f(baseline_ms)}{_pm(spread)} | "
+                    f"{_f(w.latency_ms)}{_pm(getattr(w, 'spread', None))} | {f'{sp:.3g}x' if sp else '-'} |")
     text = f"## Best kernel per workload\n\nAgainst {h.baseline.label if h.baseline else 'the baseline'}:\n\n" + \
         "\n".join(rows)
     if png:
@@ -100,7 +119,7 @@ def _workloads(h: RunHistory, png: Path | None) -> str:
     return text
 
 
-def _predictions(points: list[PredictionPoint], png: Path | None) -> str:
+def _predictions(points: list[PredictionPoint], ids: ShortIds, wm: WorldModel | None, png: Path | None) -> str:
     head = ("## Predicted vs measured speedup\n\nPer closed node: the model's `expected_speedup` (predicted "
             "speedup of the node's kernel over its parent's kernel; the root's kernel is the baseline) against "
             "the measured node score / parent score.\n\n")
@@ -108,10 +127,12 @@ def _predictions(points: list[PredictionPoint], png: Path | None) -> str:
         return head + "No closed node with a prediction yet."
     err = geometric_error(points)
     over = sum(1 for p in points if p.measured < p.predicted)
-    rows = ["| node | family | depth | predicted | measured | measured / predicted |", "|---|---|---:|---:|---:|---:|"]
+    rows = ["| node | step | family | depth | predicted | measured | measured / predicted |",
+            "|---|---|---|---:|---:|---:|---:|"]
     for p in points:
-        rows.append(f"| `{p.node_id}` | {_md(p.family)} | {p.depth} | {p.predicted:.3g}x | {p.measured:.3g}x | "
-                    f"{p.measured / p.predicted:.2f} |")
+        step = wm.node(p.node_id).step if wm is not None and p.node_id in wm else ""
+        rows.append(f"| `{ids.short(p.node_id)}` | {_md(step)} | {_md(p.family)} | {p.depth} | {p.predicted:.3g}x | "
+                    f"{p.measured:.3g}x | {p.measured / p.predicted:.2f} |")
     text = head + (f"{len(points)} nodes; predictions were optimistic for {over} of them; the typical (median) "
                    f"prediction was off by a factor of {err:.2f}.\n\n") + "\n".join(rows)
     if png:
@@ -119,7 +140,7 @@ def _predictions(points: list[PredictionPoint], png: Path | None) -> str:
     return text
 
 
-def _narrative(h: RunHistory, wm: WorldModel | None) -> str:
+def _narrative(h: RunHistory, wm: WorldModel | None, ids: ShortIds) -> str:
     lines = ["## How the search went", ""]
     if wm is None:
         return "\n".join(lines + ["The model had not built a world model yet."])
@@ -139,11 +160,12 @@ def _narrative(h: RunHistory, wm: WorldModel | None) -> str:
                   fam.node_id == f.node_id]
         # the closed nodes' scores, as the search judged them (a first measurement can be noise)
         scores = [n.solution.score for n in closed if n.solution and n.solution.score is not None]
-        lines.append(f"- {_md(f.choice or f.node_id)} (`{f.node_id}`): {len(evals)} attempts, "
+        lines.append(f"- {_md(f.choice or f.node_id)} (`{ids.short(f.node_id)}`): {len(evals)} attempts, "
                      f"{failed_attempts} failed, {len(closed)} steps closed, best "
                      + (f"{max(scores):.4g}x" if scores else "none closed"))
     if untried:
-        lines.append("- not tried: " + ", ".join(f"{_md(f.choice or f.node_id)} (`{f.node_id}`)" for f in untried))
+        lines.append("- not tried: " + ", ".join(f"{_md(f.choice or f.node_id)} (`{ids.short(f.node_id)}`)"
+                                                for f in untried))
     closed_steps = [n for n in wm.nodes() if n.is_closed and not n.is_root]
     failed = list(h.iter_kind("cycle_failed"))
     lines += ["", f"{len(closed_steps)} plan steps were closed with a passing kernel; {len(failed)} action cycles "
@@ -151,7 +173,8 @@ def _narrative(h: RunHistory, wm: WorldModel | None) -> str:
     for r in failed:
         node = wm.node(r["node_id"]) if r.get("node_id") in wm else None
         title = node.action.title if node and node.action else ""
-        lines.append(f"- `{r.get('node_id')}` {_md(title)}: last status {r.get('status') or '?'}"
+        short = ids.short(r["node_id"]) if node is not None else r.get("node_id")
+        lines.append(f"- `{short}` {_md(title)}: last status {r.get('status') or '?'}"
                      + ("; retired" if r.get("retired") else ""))
     rejected = [r for r in h.iter_kind("edit") if not r.get("ok")]
     bad_code = list(h.iter_kind("bad_code"))
@@ -205,3 +228,8 @@ def _md(text: str) -> str:
 
 def _f(v: float | None) -> str:
     return f"{v:.4g}" if v is not None else "-"
+
+
+def _pm(spread: float | None) -> str:
+    """' ±5.0%': a measurement's relative spread, as show prints it."""
+    return f" ±{100 * spread:.1f}%" if spread else ""

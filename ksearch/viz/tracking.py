@@ -39,7 +39,8 @@ class Tracker:
         self.best: float | None = None
 
     # -- the Progress protocol ---------------------------------------------------------------------------
-    def round_started(self, round_index: int, max_rounds: int, node: Any, attempt: int, mode: str) -> None:
+    def round_started(self, round_index: int, max_rounds: int, node: Any, attempt: int, mode: str,
+                      short_id: str | None = None) -> None:
         self._safe(self._log, {"round": round_index, "attempt": attempt}, round_index)
 
     def attempt_done(self, round_index: int, report: Any, best_score: float | None) -> None:

@@ -14,9 +14,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ksearch.store.best_manifest import BestKind, BestManifest, manifest_from_history
 from ksearch.store.history import NotARunError, RunHistory
-from ksearch.viz.node_rows import NodeRow, node_rows, node_title, pred_meas, speedup
-from ksearch.viz.short_ids import ShortIds
+from ksearch.store.short_ids import ShortIds
+from ksearch.viz.node_rows import NodeRow, best_mark, node_rows, node_title, pred_meas, speedup
 from ksearch.viz.speedups import families
 from ksearch.world_model import Node, WorldModel
 
@@ -32,15 +33,18 @@ MIN_WIDTH = 60
 
 
 def render_tree(wm: WorldModel, *, root_id: str | None = None, max_depth: int | None = None,
-                best_node_id: str | None = None, statuses: set[str] | None = None, ids: ShortIds | None = None,
-                width: int = 100, max_rows: int | None = None) -> Text:
+                best: BestManifest | str | None = None, statuses: set[str] | None = None,
+                ids: ShortIds | None = None, width: int = 100, max_rows: int | None = None) -> Text:
     """The tree from `root_id` down `max_depth` levels, one line per node, no line wider than `width`.
+
+    `best`: the run's best (its manifest; a node id alone marks that node's kernel): its node is marked
+    `*` with the best's score, or, for a shape dispatch, each member's node `+`; their paths are heavy.
 
     With `statuses`, only nodes in one of them are drawn, with their ancestors (dimmed) so each keeps its
     place in the plan. With `max_rows`, subtrees off the best path are folded from the deepest level up
     until the tree fits; a folded subtree is one line that counts what it holds."""
     ids = ids if ids is not None else ShortIds.from_world_model(wm)
-    rows = node_rows(wm, ids, best_node_id)
+    rows = node_rows(wm, ids, best)
     start = wm.node(root_id) if root_id else wm.root
     base_depth = wm.depth(start.node_id)
     keep: set[str] | None = None
@@ -129,7 +133,7 @@ def _row_line(prefix: str, row: NodeRow, width: int, *, context: bool) -> Text:
     t.append(prefix + (" " if prefix else ""), style=guide_style)
     t.append(row.short, style="bold magenta" if row.on_best_path else "bold")
     title_room = left - len(prefix) - (1 if prefix else 0) - len(row.short) - 1
-    title = ("* " if row.is_best else "") + row.title
+    title = best_mark(row) + row.title
     t.append(" " + _fit(title, title_room).ljust(max(0, title_room)),
              style="bold" if row.is_best else ("" if not row.is_family else "italic"))
     status = "best" if row.is_best else ("-" if row.status == "decision" else row.status)
@@ -155,70 +159,93 @@ def _fold_line(prefix: str, hidden: list[NodeRow], width: int, under: str) -> Te
     return Text(_fit(text, width), style="dim")
 
 
-def legend(history: RunHistory | None, width: int) -> Text:
-    """What the columns mean, in two lines."""
+def legend(history: RunHistory | None, width: int, best: BestManifest | None = None) -> Text:
+    """What the columns and marks mean, in two lines (three with a best)."""
     against = history.baseline.label if history and history.baseline else "the baseline"
-    return Text(_fit(f"vs base: against {against}; vs par: against the parent's kernel (-: it has none)", width)
-                + "\n" + _fit("pred->meas: predicted -> measured over the parent's kernel (family: over the "
-                               "baseline); ━ best path", width), style="dim", no_wrap=True)
+    lines = [f"vs base: against {against}; vs par: against the parent's kernel (-: it has none)",
+             "pred->meas: predicted -> measured over the parent's kernel (family: over the baseline); ━ best path"]
+    if best is not None:
+        lines.append(f"best/ holds the {best.describe()}: {best.score:.4g}x" if best.kind is BestKind.KERNEL else
+                     f"best/ holds a shape dispatch ({best.score:.4g}x) over the kernels of the nodes marked +")
+    return Text("\n".join(_fit(line, width) for line in lines), style="dim", no_wrap=True)
 
 
-def family_table(wm: WorldModel, ids: ShortIds | None = None, width: int | None = None) -> Table:
-    """Per kernel family: its best measured kernel (short id: never cut), where it is, the cycles spent."""
+def family_table(wm: WorldModel, ids: ShortIds | None = None, width: int | None = None,
+                 best: BestManifest | None = None, best_ms: float | None = None) -> Table:
+    """Per kernel family: its top measured node (short id: never cut), the cycles spent; then the run's
+    best (what best/ holds), the one row that says "best"."""
     ids = ids if ids is not None else ShortIds.from_world_model(wm)
     ids.covering(wm)
     t = Table(title="families", width=width, title_justify="left")
     t.add_column("family", no_wrap=True, overflow="ellipsis", ratio=1)
-    for col in ("best score", "mean ms", "best node", "closed", "attempts"):
+    for col in ("top score", "mean ms", "top node", "closed", "attempts"):
         t.add_column(col, no_wrap=True, justify="right")
     for fam in families(wm):
         sub = [wm.node(n) for n in nx.descendants(wm.graph, fam.node_id) | {fam.node_id}]
         scored = [n for n in sub if n.solution and n.solution.score is not None]
-        best = max(scored, key=lambda n: n.solution.score) if scored else None
+        top = max(scored, key=lambda n: n.solution.score) if scored else None
         t.add_row(f"{ids.short(fam.node_id)} {node_title(fam)}",
-                  f"{best.solution.score:.4g}x" if best else "-",
-                  f"{best.solution.latency_ms:.4g}" if best and best.solution.latency_ms else "-",
-                  ids.short(best.node_id) if best else "-", str(sum(1 for n in sub if n.is_closed)),
+                  f"{top.solution.score:.4g}x" if top else "-",
+                  f"{top.solution.latency_ms:.4g}" if top and top.solution.latency_ms else "-",
+                  ids.short(top.node_id) if top else "-", str(sum(1 for n in sub if n.is_closed)),
                   str(sum(n.attempts for n in sub)))
+    if best is not None:
+        what = "kernel" if best.kind is BestKind.KERNEL else "shape dispatch"
+        t.add_section()
+        t.add_row(Text(f"* best: {what} of {' + '.join(best.short_ids)}", style="bold"),
+                  Text(f"{best.score:.4g}x", style="bold"), f"{best_ms:.4g}" if best_ms else "-",
+                  " ".join(best.short_ids), "", "")
     return t
+
+
+def best_mean_ms(history: RunHistory) -> float | None:
+    """Mean latency over the workloads of the measurement the best was chosen on."""
+    report = history.best_report()
+    lat = [w.latency_ms for w in report.workloads if w.latency_ms] if report else []
+    return sum(lat) / len(lat) if lat else None
 
 
 def show_run(history: RunHistory, console: Console, *, node_id: str | None = None, depth: int | None = None,
              statuses: set[str] | None = None, width: int = 100, max_rows: int | None = DEFAULT_MAX_ROWS) -> None:
-    """The tree (or the subtree under `node_id`, full or short id), the family table, the kernel summary."""
+    """The tree (or the subtree under `node_id`, short or full id), the family table, the kernel summary."""
     wm = history.world_model()
     if wm is None:
         raise NotARunError(f"{history.run_dir}: the run has not built its world model yet (no tree record); "
                            f"try again in a moment, or `ksearch show --live {history.run_dir}`")
     ids = ShortIds.from_history(history).covering(wm)
-    best = history.best
+    best = manifest_from_history(history, ids)
     if node_id:
         node_id = ids.resolve(node_id, wm)
-    console.print(render_tree(wm, root_id=node_id, max_depth=depth, best_node_id=best.node_id if best else None,
-                              statuses=statuses, ids=ids, width=width, max_rows=max_rows))
-    console.print(legend(history, width))
+    console.print(render_tree(wm, root_id=node_id, max_depth=depth, best=best, statuses=statuses, ids=ids,
+                              width=width, max_rows=max_rows))
+    console.print(legend(history, width, best))
     if node_id is None and statuses is None:     # the whole run, unfiltered: add the per-family view
-        console.print(family_table(wm, ids, width))
+        console.print(family_table(wm, ids, width, best, best_mean_ms(history)))
     if wm.kernel_summary and node_id is None:
         console.print(Text(wm.kernel_summary, style="dim"))
 
 
 def run_summary(history: RunHistory) -> Text:
-    """One line: evaluations, best, stop reason (or that the run is unfinished), cost and time."""
-    best = history.best
-    wm = history.world_model() if best else None
-    at = best.node_id if best else ""
-    if best and wm is not None and best.node_id in wm:
-        at = f"{ShortIds.from_history(history).covering(wm).short(best.node_id)} ({best.node_id})"
+    """One line: evaluations, best (what best/ holds: score, kernel or dispatch, where it was found), stop
+    reason (or that the run is unfinished), cost and time."""
+    best = manifest_from_history(history)
     t = Text(f"{len(history.evaluations)} evaluations in {history.rounds} rounds on {history.device}; ")
-    t.append(f"best {best.score:.4g}x at {at} (round {best.round})" if best else "no passing kernel yet",
+    t.append(f"best {best.score:.4g}x: {best.describe()}" if best else "no passing kernel yet",
              style="bold" if best else "red")
+    if best is not None:
+        t.append(f" ({found_at(history, best)})")
     t.append(f"; {writer_status(history)}")
     u = history.usage
     t.append(f"; {u.requests} model requests, ${u.cost_usd:.4f}, {u.total_tokens} tokens", style="dim")
     if history.wall_s is not None:
         t.append(f"; {format_duration(history.wall_s)} wall", style="dim")
     return t
+
+
+def found_at(history: RunHistory, best: BestManifest) -> str:
+    """'round 8, evaluation 8 of 13': where the run found (a dispatch: composed and measured) its best."""
+    k = history.evaluation_number(best.solution_id, best.round)
+    return f"round {best.round}" + (f", evaluation {k} of {len(history.evaluations)}" if k else "")
 
 
 def writer_status(history: RunHistory) -> str:

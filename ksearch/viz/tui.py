@@ -2,7 +2,8 @@
 
 A collapsible tree of the plan on the left; on the right, the selected node in tabs: its plan and the
 model's notes, its attempts with the per-workload table, its kernel (highlighted), and the diff against
-its parent's kernel. Filters by status and by family; `b` jumps to the best node.
+its parent's kernel. Filters by status and by family; `b` jumps to the best node (for a shape
+dispatch, through the nodes of its member kernels).
 
 It follows a live run by polling the journal's size and modification time every second. When the
 journal grew, the tree is updated in place (labels changed, nodes added or removed), so the selection,
@@ -24,10 +25,11 @@ from textual.containers import Horizontal, ScrollableContainer
 from textual.widgets import Footer, Static, TabbedContent, TabPane, Tree
 from textual.widgets.tree import TreeNode
 
+from ksearch.store.best_manifest import BestKind, BestManifest, manifest_from_history
 from ksearch.store.history import NotARunError, RunHistory, load_history
-from ksearch.viz.node_rows import NodeRow, node_rows, speedup
+from ksearch.store.short_ids import ShortIds
+from ksearch.viz.node_rows import NodeRow, best_mark, node_rows, speedup
 from ksearch.viz.node_view import kernel_diff, node_sections, shown_evaluation
-from ksearch.viz.short_ids import ShortIds
 from ksearch.viz.speedups import families
 from ksearch.viz.tree_view import NODE_STATUSES, run_summary
 from ksearch.world_model import WorldModel
@@ -76,6 +78,7 @@ class RunBrowser(App[None]):
         self.run_dir = Path(run_dir)
         self.poll_s = poll_s
         self.history: RunHistory | None = None
+        self.best: BestManifest | None = None      # what best/ holds, as every view describes it
         self.wm: WorldModel | None = None
         self.ids = ShortIds()
         self.rows: dict[str, NodeRow] = {}
@@ -133,8 +136,8 @@ class RunBrowser(App[None]):
             return
         self.history, self.wm = history, wm
         self.ids = ShortIds.from_history(history).covering(wm)
-        best = history.best
-        self.rows = node_rows(wm, self.ids, best.node_id if best else None)
+        self.best = manifest_from_history(history, self.ids)
+        self.rows = node_rows(wm, self.ids, self.best)
         self.reloads += 1
         self._sync_tree()
         self._show_selected()
@@ -213,7 +216,7 @@ class RunBrowser(App[None]):
     def _label(self, row: NodeRow) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(f"{row.short} ", style="bold magenta" if row.on_best_path else "bold")
-        t.append(("* " if row.is_best else "") + row.title + " ", style="bold" if row.is_best else "")
+        t.append(best_mark(row) + row.title + " ", style="bold" if row.is_best else "")
         t.append(row.status if not row.is_best else "best",
                  style="bold magenta" if row.is_best else _STATUS_STYLE.get(row.status, ""))
         if row.score is not None:
@@ -293,16 +296,22 @@ class RunBrowser(App[None]):
 
     # ---- actions ------------------------------------------------------------------------------------
     def action_best(self) -> None:
-        best = self.history.best if self.history else None
-        if best is None or self.wm is None or best.node_id not in self.wm:
+        """To the best kernel's node; for a shape dispatch, to its next member's node on each press."""
+        best = self.best
+        nodes = [n for n in (best.node_ids if best else []) if self.wm is not None and n in self.wm]
+        if not nodes:
             self.notify("no best kernel yet")
             return
-        if best.node_id not in self._tree_nodes:      # hidden by a filter: show everything again
+        current = self.selected_id
+        target = nodes[(nodes.index(current) + 1) % len(nodes)] if current in nodes else nodes[0]
+        if target not in self._tree_nodes:      # hidden by a filter: show everything again
             self.status_filter = self.family_filter = None
             self._sync_tree()
             self._update_status()
-        self._move_to(self._tree_nodes[best.node_id])
+        self._move_to(self._tree_nodes[target])
         self._show_selected()
+        if best is not None and best.kind is BestKind.DISPATCH:
+            self.notify(f"best/ is a {best.describe()}")
 
     def action_cycle_status(self) -> None:
         order = [None, *NODE_STATUSES]

@@ -72,6 +72,13 @@ class Node:
         return self.action is not None and self.solution is None and not self.pruned and not self.retired
 
     @property
+    def step(self) -> str:
+        """The step in a few words, as every view names it: the choice it makes, else its action's title."""
+        if self.is_root:
+            return "root"
+        return (self.choice or (self.action.title if self.action else "") or self.decision or "").strip()
+
+    @property
     def status(self) -> str:
         if self.pruned:
             return "pruned"

@@ -1,18 +1,27 @@
-"""Short node ids (n0, n1, n12 ...) for views, stable across re-renders, resumes and a growing journal.
+"""Short node ids (n0, n1, n12 ...) for everything a user reads, stable across re-renders, resumes and a
+growing journal.
 
-Full node ids grow with depth (`n10_n7_n4_fam_grouped_heads_0_0_0`), which is what makes a tree hard to
-read at 100 columns. A node's short id is its rank in the order nodes first appear in the run's tree
-snapshots. The journal is append-only, so that order never changes: a node keeps its number when the
-run is resumed or the view is redrawn, and a node that is later deleted keeps its number too (it stays
-in the tree as pruned). Both forms are accepted wherever a view takes a node id.
+Full node ids grow with depth (`n10_n7_n4_fam_grouped_heads_0_0_0`, where `n7` is the round that made the
+node), which is what makes a tree hard to read at 100 columns, and a full id may even start like the
+short id of another node. A node's short id is its rank in the order nodes first appear in the run's tree
+snapshots. The journal is append-only, so that order never changes: a node keeps its number when the run
+is resumed or the view is redrawn, and a node that is later deleted keeps its number too (it stays in the
+tree as pruned). The search numbers nodes the same way as it records its snapshots, so its progress log
+and best/manifest.json name nodes exactly as `ksearch show` does.
+
+Wherever a node id is taken (`show --node`, `fork.node=`), a short id is looked up first, then a full id:
+an id `show` printed always means the node `show` printed it for.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ksearch.world_model import WorldModel
+
+_SHORT = re.compile(r"n\d+")
 
 
 @dataclass
@@ -27,9 +36,7 @@ class ShortIds:
         """From tree snapshots (the `tree` field of the journal's `tree` records), oldest first."""
         ids = cls()
         for tree in snapshots:
-            for node in tree.get("nodes") or []:
-                if isinstance(node, dict) and isinstance(node.get("node_id"), str):
-                    ids._add(node["node_id"])
+            ids.add_snapshot(tree)
         return ids
 
     @classmethod
@@ -45,6 +52,12 @@ class ShortIds:
         for _, node in order:
             ids._add(node.node_id)
         return ids
+
+    def add_snapshot(self, tree: dict[str, Any]) -> None:
+        """Number the nodes of one tree snapshot that no earlier snapshot held, in the snapshot's order."""
+        for node in tree.get("nodes") or []:
+            if isinstance(node, dict) and isinstance(node.get("node_id"), str):
+                self._add(node["node_id"])
 
     def _add(self, full: str) -> str:
         short = self.by_full.get(full)
@@ -64,11 +77,14 @@ class ShortIds:
         return self.by_full.get(full) or self._add(full)
 
     def resolve(self, text: str, wm: WorldModel) -> str:
-        """A full id, from a full or a short id. KeyError (with what to pass) when neither names a node."""
+        """A full id, from a short id (looked up first) or a full id. KeyError, with what to pass, when
+        neither names a node."""
+        text = text.strip()
+        if _SHORT.fullmatch(text):
+            full = self.by_short.get(text)
+            if full is not None and full in wm:
+                return full
         if text in wm:
             return text
-        full = self.by_short.get(text)
-        if full is not None and full in wm:
-            return full
         raise KeyError(f"no node {text!r} in this run; pass a short id (n12) or a full id, as "
                        f"`ksearch show RUN_DIR` prints them")
