@@ -45,6 +45,7 @@ import torch
 
 from ksearch.eval import exchange, gputime
 from ksearch.eval.channel import CandidateChannel
+from ksearch.eval.memory import scrub
 from ksearch.eval.rules import normalize_outputs
 
 REFUSED_PREFIX = "ksearch-audit: refused"
@@ -177,11 +178,13 @@ class _Server:
     """The serve loop and what it calls, bound when constructed: before the candidate's module is imported."""
 
     def __init__(self, k: _Kernel, channel: CandidateChannel):
-        self.k, self.ch = k, channel
+        self.k = k
+        self._recv, self._send = channel.recv, channel.send
         self.ops: dict[str, Callable[[dict[str, Any], int | None], dict[str, Any]]] = {
             "ready": self.ready, "call": self.call, "inspect": self.inspect, "pool": self.pool,
             "capture": self.capture, "window": self.window}
         self._map = exchange.Mapped
+        self._scrub = scrub
         self._no_grad = torch.no_grad
         self._normalize = normalize_outputs
         self._misfit = _misfit
@@ -201,7 +204,7 @@ class _Server:
 
     # ---- the loop ---------------------------------------------------------------------------------------
     def serve(self) -> None:
-        recv, send, ops, close = self.ch.recv, self.ch.send, self.ops, self._close
+        recv, send, ops, close = self._recv, self._send, self.ops, self._close
         while True:
             try:
                 req, fd = recv()
@@ -227,9 +230,7 @@ class _Server:
     # ---- every device ----------------------------------------------------------------------------------
     def ready(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
         """Fill freed allocator memory with NaN so output elements the kernel never writes read as NaN."""
-        from ksearch.eval.memory import scrub
-
-        scrub(self.k.device, [int(n) for n in req.get("output_bytes", [])])
+        self._scrub(self.k.device, [int(n) for n in req.get("output_bytes", [])])
         if self.k.on_gpu:
             self._sync()
         return {"ok": True}
@@ -243,6 +244,7 @@ class _Server:
             src = k.task.make_inputs(req["workload"], device=k.device, seed=int(req["seed"]))
             args = [src[n] for n in k.input_names]
             pristine = [self._clone(v) if isinstance(v, torch.Tensor) else v for v in args]
+            self._sync()        # a kernel on a stream of its own must find its inputs written
         else:
             args = shared.inputs
         k.last = None
@@ -345,6 +347,7 @@ class _Server:
         shared = self._map(fd, req["layout"])
         try:
             self._reveal(k.pool, self._make, list(req["seeds"]))
+            self._sync()        # written before any call reads them, whatever stream it launches on
             mode, n, n_sets = req["mode"], int(req["n"]), len(k.pool)
             event_ms = None
             if mode == "graph":
@@ -382,14 +385,14 @@ def main(conn: Any, payload: dict[str, Any]) -> None:
     try:
         k = _setup(payload)
         server = _Server(k, channel)
-        serve = server.serve
+        serve, send = server.serve, channel.send
     except BaseException as e:      # noqa: BLE001
         channel.send({"ok": False, "status": "RUNTIME_ERROR",
                       "message": f"the candidate's sandbox did not start: {type(e).__name__}: {e}"[:1500],
                       "log": traceback.format_exc()[-6000:], "ran_code": False})
         return
     reply = _load(k)
-    channel.send(reply)
+    send(reply)
     if not reply.get("ok"):
         return
     serve()

@@ -221,16 +221,17 @@ def eager_loop(call: Callable[[int], Any], n_sets: int, n: int, device: str) -> 
 
 def eager_sync_loop(call: Callable[[int], Any], n_sets: int, n: int, flush: Callable[[], Any] | None = None,
                     sync: Callable[[], Any] | None = None) -> dict[int, Any]:
-    """n x [L2 flush, call, device synchronisation]; the last result of each input set.
+    """n x [L2 flush, device synchronisation, call, device synchronisation]; the last result of each set.
 
-    The synchronisation is device-wide, so a call that launches on streams of its own is finished, whole,
-    before the next flush: nothing overlaps, nothing is missed."""
+    The synchronisations are device-wide, so a call that launches on streams of its own starts after its
+    flush and is finished, whole, before the next one: nothing overlaps, nothing is missed."""
     flush = flush or flush_buffer().zero_
     sync = sync or torch.cuda.synchronize
     last: dict[int, Any] = {}
     with torch.no_grad():
         for i in range(n):
             flush()
+            sync()
             last[i % n_sets] = call(i % n_sets)
             sync()
     return last
@@ -254,7 +255,7 @@ class FlushCosts:
     """Measured by the judge in its own process, the fastest of a few trials."""
 
     in_graph_ms: float          # one L2 flush inside a graph replay
-    eager_sync_ms: float        # one eager flush plus a device-wide synchronisation
+    eager_sync_ms: float        # one eager flush and the two device-wide synchronisations around a call
 
 
 def flush_costs(trials: int = 3) -> FlushCosts:
@@ -280,8 +281,9 @@ def flush_costs(trials: int = 3) -> FlushCosts:
             torch.cuda.synchronize()
             walls[n].append((time.perf_counter() - t0) * 1e3)
         t0 = time.perf_counter()
-        for _ in range(16):
+        for _ in range(16):         # `eager_sync_loop` without its calls
             flush()
+            torch.cuda.synchronize()
             torch.cuda.synchronize()
         eager.append((time.perf_counter() - t0) * 1e3 / 16)
     del graphs

@@ -102,7 +102,7 @@ class TrustedCosts:
 
     reveal_ms: float            # P fresh input sets generated and copied in, their outputs fetched to the host
     flush_ms: float             # one L2 flush inside a graph replay
-    flush_sync_ms: float        # one eager L2 flush plus a device-wide synchronisation
+    flush_sync_ms: float        # one eager L2 flush and the synchronisations around a call (eager_sync)
 
 
 NO_COSTS = TrustedCosts(0.0, 0.0, 0.0)      # subtracting nothing only ever makes a candidate look slower
@@ -399,6 +399,7 @@ class Judge:
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 reveal(sets, make, [w.input_seed(salt, 810 + t * n_sets + j) for j in range(n_sets)])
+                torch.cuda.synchronize()
                 for o, slot in zip(outs, shared.output_slots):
                     slot.copy_(o)
                 torch.cuda.synchronize()
@@ -453,22 +454,6 @@ class Judge:
         return check_outputs(got, ref, self.names, atol=self.corr.atol, rtol=self.corr.rtol,
                              required_matched_ratio=self.corr.required_matched_ratio, rule=self.corr.rule).passed
 
-    def _graph_holds_work(self, c: _Cand, w: Workload, header: dict[str, Any], n: int) -> str:
-        """Why the captured graph cannot be the clock ("" when it can, as far as its kernel counts tell)."""
-        from ksearch.eval.gputime import KernelCounts
-
-        if not header.get("captured"):
-            return f"not capturable in a CUDA graph ({str(header.get('error', ''))[:300]})"
-        counts = header.get("kernels")
-        if isinstance(counts, dict):
-            try:
-                kc = KernelCounts(*(None if counts.get(f) is None else int(counts[f])
-                                    for f in ("call_graph", "flush_graph", "one_call")))
-            except (TypeError, ValueError):
-                return ""
-            return kc.missing_work(n)
-        return ""
-
     def time_gpu(self, c: _Cand, w: Workload) -> None:
         """GPU time and call latency, each from the judge's clock around windows on fresh inputs, all verified."""
         job = self.job
@@ -485,7 +470,7 @@ class Judge:
         if not self.expect_ok(c, header, w.name):
             return
         row = c.row(w.name)
-        why = self._graph_holds_work(c, w, header, n)
+        why = graph_unusable(header, n)
         if not why:
             probe = self.window(c, w, "graph", n, probe=True)     # also pays the first replay's one-time costs
             if probe is None:
@@ -700,6 +685,25 @@ class Judge:
         for c in self.cands:
             c.report.env = dict(env)
             c.report.elapsed_s = time.perf_counter() - t_start
+
+
+def graph_unusable(capture_reply: dict[str, Any], n: int) -> str:
+    """Why a captured graph cannot be the clock, from the capture's reply ("" when it can, as far as the
+    capture tells: the first replay on fresh inputs must still produce their outputs)."""
+    from ksearch.eval.gputime import KernelCounts
+
+    if not capture_reply.get("captured"):
+        return f"not capturable in a CUDA graph ({str(capture_reply.get('error', ''))[:300]})"
+    counts = capture_reply.get("kernels")
+    if not isinstance(counts, dict):
+        return ""
+    fields = []
+    for name in ("call_graph", "flush_graph", "one_call"):
+        value = counts.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            return ""               # not a count: the replay on fresh inputs decides
+        fields.append(value)
+    return KernelCounts(*fields).missing_work(n)
 
 
 def steady(samples: list[float], device: str) -> bool:
