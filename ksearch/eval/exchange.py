@@ -104,6 +104,9 @@ def plan(inputs: dict[str, Any] | None, order: Sequence[str], outputs: Sequence[
             scalars.append((name, value))
         else:
             raise ExchangeError(f"input {name} is a {type(value).__name__}; only tensors and scalars are shared")
+    for name, t in zip(output_names, outputs):
+        if not isinstance(t, torch.Tensor):
+            raise ExchangeError(f"output {name} is a {type(t).__name__}; only tensor outputs have slots")
     out_slots = [place(name, t) for name, t in zip(output_names, outputs)]
     return Layout(tuple(order) if inputs is not None else (), tuple(in_slots), tuple(scalars), tuple(out_slots),
                   max(offset, ALIGN))

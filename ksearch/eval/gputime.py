@@ -30,6 +30,7 @@ import json
 import os
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -100,7 +101,9 @@ def graph_kernels(graph: Any) -> int | None:
     fd, path = tempfile.mkstemp(suffix=".dot", prefix="ksearch_graph_")
     os.close(fd)
     try:
-        graph.debug_dump(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")         # torch announces every dump as a warning
+            graph.debug_dump(path)
         with open(path) as f:
             text = f.read()
     except Exception:                   # noqa: BLE001 - a driver without the dump: counts unknown
@@ -136,6 +139,12 @@ class GraphTimer:
         return g
 
     def build(self) -> Capture:
+        with warnings.catch_warnings():
+            if self._count:             # torch warns at every capture that keeps its graph for a dump
+                warnings.simplefilter("ignore")
+            return self._build()
+
+    def _build(self) -> Capture:
         cap = self.capture
         try:
             side = torch.cuda.Stream()

@@ -175,6 +175,7 @@ class Judge:
                                                  check_trials=job.check_trials)) for src, sid in job.candidates]
         self._datasheet: Any = None
         self.costs: dict[str, TrustedCosts] = {}       # per workload, measured before the candidates start
+        self._probe: _Window | None = None
 
     # ---- talking to a candidate -------------------------------------------------------------------------
     def _remaining(self, c: _Cand) -> float:
@@ -454,8 +455,30 @@ class Judge:
         return check_outputs(got, ref, self.names, atol=self.corr.atol, rtol=self.corr.rtol,
                              required_matched_ratio=self.corr.required_matched_ratio, rule=self.corr.rule).passed
 
+    def _capture(self, c: _Cand, w: Workload, n: int) -> str | None:
+        """Capture n calls and probe the graph on fresh inputs: "" when it can be the clock, else why not
+        (None: the candidate failed). Sets `self._probe` to the probe window."""
+        header, _, _ = self.request(c, {"op": "capture", "n": n})
+        if not self.expect_ok(c, header, w.name):
+            return None
+        why = graph_unusable(header, n)
+        self._probe = None
+        if not why:
+            probe = self.window(c, w, "graph", n, probe=True)     # also pays the first replay's one-time costs
+            if probe is None:
+                return None
+            if probe.stale:
+                return ("a replay of its CUDA graph on fresh inputs did not produce their outputs: the work is not "
+                        "in the graph (a kernel launching on a stream of its own is not captured)")
+            self._probe = probe
+        return why
+
     def time_gpu(self, c: _Cand, w: Workload) -> None:
-        """GPU time and call latency, each from the judge's clock around windows on fresh inputs, all verified."""
+        """GPU time and call latency, each from the judge's clock around windows on fresh inputs, all verified.
+
+        How many calls a window holds is first guessed from the candidate's own estimate, then set from the
+        judge's clock (a graph is captured again when the guess was far too small): a wrong estimate can cost
+        the candidate time, never make the windows so short that the input generation dominates them."""
         job = self.job
         n_sets = self.timing_sets(w)
         costs = self.costs.get(w.name, NO_COSTS)
@@ -466,26 +489,31 @@ class Judge:
             return
         est = max(float(header.get("est_ms") or 0.01), 1e-4)
         n = self._calls(w, est, GRAPH_TARGET_MS, costs, job.iterations)
-        header, _, _ = self.request(c, {"op": "capture", "n": n})
-        if not self.expect_ok(c, header, w.name):
+        why = self._capture(c, w, n)
+        if why is None:
             return
-        row = c.row(w.name)
-        why = graph_unusable(header, n)
         if not why:
-            probe = self.window(c, w, "graph", n, probe=True)     # also pays the first replay's one-time costs
-            if probe is None:
-                return
-            if probe.stale:
-                why = ("a replay of its CUDA graph on fresh inputs did not produce their outputs: the work is not "
-                       "in the graph (a kernel launching on a stream of its own is not captured)")
+            judged = max(self._probe.ms - costs.reveal_ms - n * costs.flush_ms, 0.0) / n
+            need = self._calls(w, max(judged, 1e-4), GRAPH_TARGET_MS, costs, job.iterations)
+            if need > 1.5 * n:
+                n = need
+                why = self._capture(c, w, n)
+                if why is None:
+                    return
+        row = c.row(w.name)
         gpu: list[float] = []
         claimed: list[float] = []
         if not why:
             method, mode, per_call_extra = "cuda_graph", "graph", costs.flush_ms
         else:
             method, mode, per_call_extra = "eager_sync", "eager_sync", costs.flush_sync_ms
-            n = self._calls(w, est + costs.flush_sync_ms, GRAPH_TARGET_MS, costs, n_sets)
             row.message = f"GPU time from the judge's clock around synchronised eager calls: {why}"
+            n = self._calls(w, est + costs.flush_sync_ms, GRAPH_TARGET_MS, costs, n_sets)
+            first = self.window(c, w, mode, n)           # a warm-up that also tells how long a call takes
+            if first is None:
+                return
+            judged = max(first.ms - costs.reveal_ms - n * per_call_extra, 0.0) / n
+            n = self._calls(w, max(judged, 1e-4) + per_call_extra, GRAPH_TARGET_MS, costs, n_sets)
 
         def rounds(count: int) -> bool:
             for _ in range(count):
@@ -508,8 +536,8 @@ class Judge:
                 return
             row.unstable = not steady(gpu[count:], self.device)
             gpu[:] = gpu[count:] if not row.unstable else gpu
-        # Call latency: eager calls, host included, no flushes.
-        n_eager = min(n, self._calls(w, max(est, 0.005), EAGER_TARGET_MS, costs, n_sets))
+        # Call latency: eager calls, host included, no flushes; as many as the judge's GPU time says fill a window.
+        n_eager = self._calls(w, max(statistics.median(gpu), 0.005), EAGER_TARGET_MS, costs, n_sets)
         lat: list[float] = []
         for _ in range(max(1, job.trials)):
             got = self.window(c, w, "eager", n_eager)
