@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 import os
 import secrets
+import signal
 import socket
 import statistics
 import time
@@ -217,15 +218,36 @@ class Judge:
         """The judge's clock: from handing over the request and its shared memory to holding a copy of the
         output slots. Returns (the reply's header, that copy, ms)."""
         self._no_unasked(c)
-        t0 = time.perf_counter()
+        frozen = self._freeze_others(c)
         try:
-            c.child.conn.send(dict(req, shared=True))
-            shared.hand_over(c.sock)
-        except (EOFError, OSError, BrokenPipeError):
-            raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
-        header, _ = self._receive(c)
-        outs = shared.take_outputs()
-        return header, outs, (time.perf_counter() - t0) * 1e3
+            t0 = time.perf_counter()
+            try:
+                c.child.conn.send(dict(req, shared=True))
+                shared.hand_over(c.sock)
+            except (EOFError, OSError, BrokenPipeError):
+                raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
+            header, _ = self._receive(c)
+            outs = shared.take_outputs()
+            return header, outs, (time.perf_counter() - t0) * 1e3
+        finally:
+            _signal_groups(frozen, signal.SIGCONT)
+
+    def _freeze_others(self, c: _Cand) -> list[int]:
+        """While one candidate is timed, the others of the job are stopped (SIGSTOP to their process groups):
+        a candidate's background threads cannot slow a rival's window. Returns the stopped groups."""
+        groups = []
+        for other in self.cands:
+            pid = getattr(other.child, "pid", None) if other is not c and other.child is not None else None
+            if not pid:
+                continue
+            try:
+                if os.getpgid(pid) != pid:          # not the leader of its own group: never stop a shared one
+                    continue
+            except OSError:
+                continue
+            groups.append(pid)
+        _signal_groups(groups, signal.SIGSTOP)
+        return groups
 
     def expect_ok(self, c: _Cand, header: dict[str, Any], workload: str | None) -> bool:
         if header.get("ok") is True and not header.get("status"):
@@ -713,6 +735,14 @@ class Judge:
         for c in self.cands:
             c.report.env = dict(env)
             c.report.elapsed_s = time.perf_counter() - t_start
+
+
+def _signal_groups(groups: list[int], sig: int) -> None:
+    for group in groups:
+        try:
+            os.killpg(group, sig)
+        except OSError:
+            pass
 
 
 def graph_unusable(capture_reply: dict[str, Any], n: int) -> str:

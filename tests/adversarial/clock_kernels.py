@@ -269,3 +269,45 @@ def run(*args):
     torch.Tensor.copy_ = _copy
     return result
 '''
+
+# ---- slowing the others ---------------------------------------------------------------------------------------
+# A job that times several kernels side by side stops the others while one is timed, so background work
+# cannot slow a rival's calls. This kernel checks that on itself: a thread notes every pause of 40 ms or
+# more in its process; from its third call on it raises unless one was seen (it runs beside SLOW_HONEST,
+# whose every call takes 60 ms).
+FROZEN_WHILE_OTHERS_RUN = ATTEND + '''
+import threading
+import time
+
+_gaps = []
+_calls = [0]
+
+
+def _heartbeat():
+    last = time.perf_counter()
+    while True:
+        time.sleep(0.001)
+        now = time.perf_counter()
+        if now - last > 0.04:
+            _gaps.append(now - last)
+        last = now
+
+
+threading.Thread(target=_heartbeat, daemon=True).start()
+
+
+def run(*args):
+    _calls[0] += 1
+    if _calls[0] >= 3 and not _gaps:
+        raise RuntimeError("this process was never stopped while another kernel of the job was timed")
+    return _attend(*args)
+'''
+
+SLOW_HONEST = ATTEND + '''
+import time
+
+
+def run(*args):
+    time.sleep(0.06)
+    return _attend(*args)
+'''

@@ -80,6 +80,14 @@ def test_work_moved_or_harness_replaced_gains_nothing(unchecked, workloads, base
     _honest_after(unchecked, workloads, baseline, honest, name)
 
 
+def test_the_other_kernels_of_a_job_are_stopped_while_one_is_timed(unchecked, workloads, baseline):
+    """Side-by-side timing (near-ties): a kernel's background threads must not slow its rival's calls."""
+    probe, slow = unchecked.remeasure([(ck.FROZEN_WHILE_OTHERS_RUN, "frozen_probe"), (ck.SLOW_HONEST, "slow_honest")],
+                                      workloads, baseline)
+    assert slow.status == PASSED, slow.summary()
+    assert probe.status == PASSED, probe.summary() + probe.log[-1500:]
+
+
 def test_tricks_are_caught_with_static_checks_and_audit_on_too(checked, workloads, baseline):
     """The default evaluator: the same tricks fail there (refused earlier, or by the judge)."""
     for name in ("PRESEND_IN_CALL", "TAKEOVER_EARLY_REPLY"):
