@@ -18,6 +18,7 @@ ksearch.eval.judge), so a layout may hold no inputs.
 
 from __future__ import annotations
 
+import fcntl
 import math
 import mmap
 import os
@@ -128,9 +129,12 @@ class SharedCall:
 
     def __init__(self, layout: Layout, inputs: dict[str, Any] | None = None):
         self.layout = layout
-        self.fd: int | None = os.memfd_create("ksearch-exchange", os.MFD_CLOEXEC)
+        self.fd: int | None = os.memfd_create("ksearch-exchange", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(self.fd, layout.size)
+            # Its size is fixed for good: a candidate that shrank the file would make the judge's own
+            # reads of its mapping fault (SIGBUS) instead of failing the candidate.
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
             self._mm: mmap.mmap | None = mmap.mmap(self.fd, layout.size)
         except BaseException:
             os.close(self.fd)

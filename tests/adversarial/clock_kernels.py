@@ -311,3 +311,20 @@ def run(*args):
     time.sleep(0.06)
     return _attend(*args)
 '''
+
+# ---- reaching the judge through the shared file -------------------------------------------------------------
+# Shrinks the request's shared file to nothing during the call: the judge's own copy of the outputs would
+# then read past the end of its mapping (SIGBUS in the judge) if the file's size were not sealed.
+TRUNCATES_SHARED = ATTEND + '''
+import os
+
+
+def run(*args):
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith("/memfd:"):
+                os.ftruncate(int(name), 0)
+        except OSError:
+            pass
+    return _attend(*args)
+'''

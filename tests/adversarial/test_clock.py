@@ -80,6 +80,16 @@ def test_work_moved_or_harness_replaced_gains_nothing(unchecked, workloads, base
     _honest_after(unchecked, workloads, baseline, honest, name)
 
 
+def test_the_shared_file_cannot_be_shrunk_under_the_judge(bare, workloads, baseline):
+    """Without audit hooks (the kernel-level wall alone): the call's truncation is refused, the judge keeps
+    its worker, the kernel passes as the honest one it otherwise is."""
+    started = bare.workers_started
+    r = bare.evaluate(ck.TRUNCATES_SHARED, "truncates_shared", workloads, baseline)
+    assert r.status == PASSED, r.summary() + r.log[-1500:]
+    assert bare.evaluate(k.GOOD, "good_after_truncates", workloads, baseline).status == PASSED
+    assert bare.workers_started == max(started, 1)
+
+
 def test_the_other_kernels_of_a_job_are_stopped_while_one_is_timed(unchecked, workloads, baseline):
     """Side-by-side timing (near-ties): a kernel's background threads must not slow its rival's calls."""
     probe, slow = unchecked.remeasure([(ck.FROZEN_WHILE_OTHERS_RUN, "frozen_probe"), (ck.SLOW_HONEST, "slow_honest")],

@@ -65,6 +65,26 @@ def test_until_handed_over_the_memory_is_in_no_other_process():
         assert os.readlink(f"/proc/self/fd/{shared.fd}").startswith("/memfd:ksearch-exchange")
 
 
+def test_the_candidate_cannot_resize_the_shared_file():
+    """A shrunk file would fault the judge's own reads of its mapping (SIGBUS): its size is sealed."""
+    layout = exchange.plan(INPUTS, ORDER, OUTPUTS, ["out", "lse"])
+    with exchange.SharedCall(layout, INPUTS) as shared:
+        a, b = socket.socketpair()
+        try:
+            shared.hand_over(a)
+            fd = exchange.receive_fd(b)
+        finally:
+            a.close()
+            b.close()
+        try:
+            for size in (0, layout.size * 2):
+                with pytest.raises(PermissionError):
+                    os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
+        assert all(torch.isnan(t.float()).all() for t in shared.take_outputs())
+
+
 def test_a_layout_refuses_what_cannot_be_shared():
     with pytest.raises(exchange.ExchangeError, match="complex"):
         exchange.plan({"x": torch.zeros(2, dtype=torch.complex64)}, ["x"], [], [])
