@@ -192,7 +192,7 @@ class _Server:
         self._sleep = time.sleep
         self._clone = torch.clone
         if k.on_gpu:
-            self._sync: Callable[[], Any] = torch._C._cuda_synchronize
+            self._sync: Callable[[], Any] = getattr(torch._C, "_cuda_synchronize", None) or torch.cuda.synchronize
             flush = torch.empty(gputime.flush_bytes(torch.device(k.device)), dtype=torch.int8, device=k.device)
             self._flush: Callable[[], Any] = flush.zero_      # private to the harness, bound now
             self._reveal = gputime.reveal
