@@ -413,8 +413,7 @@ class Judge:
 
         salt = self.nonce ^ 0x5EED
         sets = [make(w.input_seed(salt, 800 + j)) for j in range(n_sets)]
-        ref = self.reference(w, w.input_seed(salt, 800))
-        outs = [torch.empty_like(r) if isinstance(r, torch.Tensor) else r for _ in range(n_sets) for r in ref]
+        outs = [t for _ in range(n_sets) for t in self._output_templates(w, w.input_seed(salt, 800))]
         layout = exchange.plan(None, (), outs, self.names * n_sets)
         walls = []
         for t in range(trials + 1):
@@ -427,9 +426,14 @@ class Judge:
                     slot.copy_(o)
                 torch.cuda.synchronize()
                 walls.append((time.perf_counter() - t0) * 1e3)
-        del sets, outs, ref
+        del sets, outs
         torch.cuda.empty_cache()
         return min(walls[1:])
+
+    def _output_templates(self, w: Workload, seed: int) -> list[torch.Tensor]:
+        """Empty tensors shaped like a call's outputs (the reference's: a definition's axes may be overridden
+        by a workload)."""
+        return [torch.empty_like(r) for r in self.reference(w, seed)]
 
     def _calls(self, w: Workload, per_call_ms: float, target_ms: float, costs: TrustedCosts, lo: int) -> int:
         """Calls in one window: enough for `target_ms`, and for the input generation to be a small share."""
