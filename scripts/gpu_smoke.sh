@@ -8,15 +8,15 @@
 #   env       GPU, driver, torch / triton / flashinfer versions
 #   peaks     copy bandwidth, bf16 and fp8 matmul rates as ksearch measures them, beside an independent
 #             measurement in the same process (scripts/peaks_check.py: copy within 5%, matmuls within 10%)
+#   pytest    every `-m gpu` test (the judge's GPU clock, CUDA candidates, FlashInfer baselines)
 #   run_TASK  a 6-round `ksearch run` of each of the five tasks on its GPU default set, one after another;
 #             each must end with a PASSED best (scripts/run_summary.py also prints evaluations/min and what a
 #             held-out validation cost next to a feedback evaluation of the same kernel)
 #   selfcheck `ksearch bench --self-check` on GQA decode's feedback set: the same kernel twice within 3%
-#   pytest    every `-m gpu` test
 # It exits non-zero when any step fails and names the failed steps on its last line. The summary is
 # LOGDIR/summary.txt; the step logs end up in LOGDIR/logs.tgz and the run directories in LOGDIR/runs.tgz.
 #
-# Where ../.gpu (the offline bundle, ../shared/gpu/bundle.sh) is present it is activated. A FlashInfer JIT
+# Where .gpu (the offline bundle, ../shared/gpu/bundle.sh) is present it is activated. A FlashInfer JIT
 # cache from an earlier call (.gpu/fi_cache.tgz, carried with .gpu) is unpacked first and a fresh one is
 # written to LOGDIR/fi_cache.tgz, so later calls skip the ~20-30 s JIT build of each module.
 # SMOKE_STEPS="peaks run_gqa ..." runs a subset; SMOKE_ROUNDS changes the 6 rounds.
@@ -57,6 +57,9 @@ step env 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks
 wanted env && sed 's/^/      /' "$LOG/env.log"
 step peaks 120 python3 scripts/peaks_check.py --json "$LOG/peaks.json"
 wanted peaks && sed -n '1,6p' "$LOG/peaks.log" | sed 's/^/      /'
+
+step pytest 170 python3 -m pytest -q -m gpu -p no:cacheprovider tests
+wanted pytest && tail -3 "$LOG/pytest.log" | sed 's/^/      /'
 
 # The searches run one after another (SMOKE_PARALLEL=N runs N at once: faster, but five searches sharing one
 # GPU measured 0 ms differences and ran out of memory on 2026-12-04, so timing verdicts are not trusted then).
@@ -100,8 +103,6 @@ if wanted selfcheck && [ -f "$LOG/selfcheck.json" ]; then
   summary "      $(cat "$LOG/selfcheck_verdict.log")"
 fi
 
-step pytest 170 python3 -m pytest -q -m gpu -p no:cacheprovider tests
-wanted pytest && tail -3 "$LOG/pytest.log" | sed 's/^/      /'
 
 tar czf "$LOG/runs.tgz" -C $RUNS . 2>/dev/null
 # Files come back from a device call only 8 at a time: the logs travel as one archive.
