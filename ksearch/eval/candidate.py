@@ -62,13 +62,17 @@ def _plain(outs: list[Any]) -> None:
     for o in outs:
         if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor:    # noqa: E721
             raise TypeError(f"an output is a {type(o).__name__}, a torch.Tensor subclass; return plain tensors")
+        if isinstance(o, torch.Tensor) and o.is_meta:
+            raise TypeError("an output is a meta tensor, which holds no values; return computed tensors")
 
 
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.shape != b.shape or a.dtype != b.dtype:
             return False
-        return a.numel() == 0 or bool(torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)))
+        # bit-exact, NaN included; contiguous first: an expanded output (stride 0) cannot be viewed as bytes
+        return a.numel() == 0 or bool(torch.equal(a.contiguous().reshape(-1).view(torch.uint8),
+                                                  b.contiguous().reshape(-1).view(torch.uint8)))
     return a is b
 
 
@@ -192,7 +196,17 @@ def _call(k: _Kernel, conn: Any) -> None:
         with torch.no_grad():
             raw = k.fn(*k.inputs)
         sync()
+    except BaseException as e:      # noqa: BLE001
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        wire.send(conn, _runtime_error(e))
+        return
+    try:
         outs = _outputs(k, raw)
+    except (ValueError, TypeError) as e:    # the wrong number or kind of outputs: a verdict, not a crash
+        wire.send(conn, {"ok": False, "status": "INCORRECT_SHAPE", "message": str(e)[:1500]})
+        return
+    try:
         del raw
         snap = [o.clone() if isinstance(o, torch.Tensor) else o for o in outs]
     except BaseException as e:      # noqa: BLE001

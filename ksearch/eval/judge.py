@@ -91,6 +91,7 @@ class _Cand:
     prev_outputs: list[Any] | None = None
     ran_code: bool = True
     samples: dict[str, list[float]] = field(default_factory=dict)
+    died: bool = False      # its process ended on its own (not killed by the judge once it had failed)
 
     @property
     def ok(self) -> bool:
@@ -142,6 +143,7 @@ class Judge:
             raise CandidateGone(TIMEOUT, f"no answer within eval.timeout_s={self.job.timeout_s:g}s; the "
                                          f"candidate's process and everything it started were killed") from None
         except (EOFError, OSError, BrokenPipeError):
+            c.died = True
             raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
         except wire.WireError as e:
             raise CandidateGone(INCORRECT_TAMPERING, f"the candidate's process sent a malformed reply: {e}") from None
@@ -219,6 +221,7 @@ class Judge:
         except TimeoutError:
             raise CandidateGone(TIMEOUT, f"no answer within eval.timeout_s={self.job.timeout_s:g}s") from None
         except (EOFError, OSError):
+            c.died = True
             raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
         except wire.WireError as e:
             raise CandidateGone(INCORRECT_TAMPERING, f"malformed reply: {e}") from None
@@ -483,7 +486,8 @@ class Judge:
             if c.report.status != TIMEOUT:
                 c.report.status = PASSED
                 c.fail(INCORRECT_TAMPERING, why)
-        if not c.ok and c.report.status == RUNTIME_ERROR and exit_note and "exit code 0" not in exit_note:
+        # how it ended says why only when it ended by itself; else the judge's own SIGKILL would be blamed
+        if not c.ok and c.died and c.report.status == RUNTIME_ERROR and exit_note and "exit code 0" not in exit_note:
             c.report.log = (c.report.log + "\n" if c.report.log else "") + f"the candidate's process {exit_note}"
         if out.strip():
             c.report.log = (c.report.log + "\n" if c.report.log else "") + \

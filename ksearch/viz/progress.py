@@ -47,7 +47,7 @@ class LiveProgress:
         self.state["action"] = f"{node.node_id}: {title} (attempt {attempt}, {mode})"
         if self._live is None:
             self.console.print(f"[round {round_index}/{max_rounds}] {node.node_id}: {title} "
-                               f"(attempt {attempt}, {mode})", highlight=False)
+                               f"(attempt {attempt}, {mode})", highlight=False, markup=False)
         self._refresh()
 
     def attempt_done(self, round_index: int, report: EvalReport, best_score: float | None) -> None:
@@ -56,11 +56,11 @@ class LiveProgress:
         if self._live is None:
             best = f"{best_score:.4g}x" if best_score is not None else "-"
             self.console.print(f"    -> {report.summary()[:160]}  | best {best} | "
-                               f"{time.monotonic() - self.t0:.0f}s", highlight=False)
+                               f"{time.monotonic() - self.t0:.0f}s", highlight=False, markup=False)
         self._refresh()
 
     def message(self, text: str) -> None:
-        self.console.print(text, highlight=False)
+        self.console.print(text, highlight=False, markup=False)
 
     def stop(self, status: str = "finished") -> None:
         """Take the live panel down (status is for sinks that record it, see viz.tracking.Tee)."""
