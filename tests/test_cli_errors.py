@@ -59,8 +59,8 @@ def test_the_defaults_break_no_rule():
     ("task.dir=/no/such/folder", "not an existing folder"),
     ("+search.max_roundz=3", "search.max_roundz: not a setting"),
     ("+eval.bogus=1", "eval.bogus: not a setting"),
-    ("llm=llm_schema", "llm/llm_schema"),
-    ("search=search_schema", "search/search_schema"),
+    ("llm=llm_schema", "llm=llm_schema: no such llm"),
+    ("search=search_schema", "search=search_schema: no such search"),
     ("llm=litellm", "needs llm.model"),
 ])
 def test_bad_settings_are_one_line_errors_and_make_no_run(tmp_path, capsys, override, needle):

@@ -170,4 +170,4 @@ def test_follows_a_run_that_is_still_being_written(real_run, tmp_path):
 
 def test_tui_of_a_non_run_is_a_one_line_error(tmp_path, capsys):
     assert main(["tui", str(tmp_path)]) == 2
-    assert "not a run directory" in capsys.readouterr().out
+    assert "not a run directory" in capsys.readouterr().err

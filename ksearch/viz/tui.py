@@ -81,7 +81,7 @@ class RunBrowser(App[None]):
     TITLE = "ksearch"
     CSS = """
     #body { height: 1fr; }
-    #tree { width: 45%; min-width: 36; border-right: solid $primary-darken-2; }
+    #tree { width: 45%; min-width: 40; border-right: solid $primary-darken-2; }
     #detail { width: 1fr; }
     .pane { min-width: 100%; }
     #status { height: auto; max-height: 3; padding: 0 1; background: $boost; }
@@ -131,6 +131,7 @@ class RunBrowser(App[None]):
         tree = self.query_one(Tree)
         tree.show_root = True
         tree.auto_expand = False
+        tree.guide_depth = 3        # narrower indents: deep nodes keep their status and score at 80 columns
         self.reload()
         tree.focus()
         self.set_interval(self.poll_s, self.reload)
@@ -252,13 +253,14 @@ class RunBrowser(App[None]):
         return None
 
     def _label(self, row: NodeRow) -> Text:
+        """Short id, status and score first, the step last: a narrow tree pane cuts only the step's words."""
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(f"{row.short} ", style="bold magenta" if row.on_best_path else "bold")
-        t.append(("* " if row.is_best else "") + row.title + " ", style="bold" if row.is_best else "")
-        t.append(row.status if not row.is_best else "best",
+        t.append(row.status if not row.is_best else "* best",
                  style="bold magenta" if row.is_best else _STATUS_STYLE.get(row.status, ""))
         if row.score is not None:
             t.append(f" {speedup(row.score)}", style="green")
+        t.append(" " + row.title, style="bold" if row.is_best else "")
         return t
 
     def _move_to(self, tnode: TreeNode) -> None:
