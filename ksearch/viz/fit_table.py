@@ -62,15 +62,15 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]], w
     parts: list[RenderableType] = []
     if title:
         parts.append(Text(title, style="italic"))
-    label = max(len(c.name) for c in columns[1:]) if len(columns) > 1 else 0
     for r in rows:
         head = r[0] if isinstance(r[0], Text) else Text.from_markup(r[0])
         parts.append(Text.assemble(head.copy(), style="bold"))
+        block = Table.grid(padding=(0, 1))         # a grid wraps its cells at the width, also when the
+        block.add_column(no_wrap=True, style="dim")  # console does not wrap plain text (soft_wrap)
+        block.add_column(overflow="fold")
         for col, cell in zip(columns[1:], r[1:]):
-            value = cell if isinstance(cell, Text) else Text.from_markup(cell)
-            line = Text(f"  {col.name + ':':<{label + 1}} ", style="dim")
-            line.append_text(value)
-            parts.append(line)
+            block.add_row(f"  {col.name}:", cell if isinstance(cell, Text) else Text.from_markup(cell))
+        parts.append(block)
     if caption:
         parts.append(Text(caption, style="dim italic"))
     return Group(*parts)
