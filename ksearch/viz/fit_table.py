@@ -9,10 +9,11 @@ own, then one `column: value` line per other column.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from typing import Sequence
 
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -34,6 +35,13 @@ def _plain(cell: str | Text) -> str:
     return cell.plain if isinstance(cell, Text) else Text.from_markup(cell).plain
 
 
+def _cell(cell: str | Text, whole: bool) -> Text:
+    """The cell as Text that wraps (or, whole, never does) whatever the console's soft-wrap setting is."""
+    text = cell.copy() if isinstance(cell, Text) else Text.from_markup(cell)
+    text.no_wrap, text.overflow = whole, "fold"
+    return text
+
+
 def _min_width(col: Column, i: int, rows: Sequence[Sequence[str | Text]]) -> int:
     values = [col.name, *(_plain(r[i]) for r in rows)]
     longest = max(len(v) for v in values)
@@ -48,6 +56,12 @@ def needed_width(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]]
     return _EDGE + sum(_PER_COLUMN + _min_width(col, i, rows) for i, col in enumerate(columns))
 
 
+def _fits(table: Table, width: int) -> bool:
+    probe = Console(file=io.StringIO(), width=width, soft_wrap=True)
+    probe.print(table)
+    return all(len(line) <= width for line in probe.file.getvalue().splitlines())
+
+
 def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]], width: int, *,
               title: str | None = None, caption: str | None = None) -> RenderableType:
     """`rows` as a table no wider than `width` when it fits, else as one block per row (see module doc)."""
@@ -57,8 +71,9 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]], w
             t.add_column(col.name, no_wrap=col.whole, overflow="fold", min_width=_min_width(col, i, rows),
                          justify=col.justify)  # type: ignore[arg-type]
         for r in rows:
-            t.add_row(*r)
-        return t
+            t.add_row(*(_cell(c, col.whole) for c, col in zip(r, columns)))
+        if _fits(t, width):      # rich may still need more than the estimate (a long word it will not fold)
+            return t
     parts: list[RenderableType] = []
     if title:
         parts.append(Text(title, style="italic"))
@@ -69,7 +84,7 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]], w
         block.add_column(no_wrap=True, style="dim")  # console does not wrap plain text (soft_wrap)
         block.add_column(overflow="fold")
         for col, cell in zip(columns[1:], r[1:]):
-            block.add_row(f"  {col.name}:", cell if isinstance(cell, Text) else Text.from_markup(cell))
+            block.add_row(_cell(f"  {col.name}:", True), _cell(cell, False))
         parts.append(block)
     if caption:
         parts.append(Text(caption, style="dim italic"))
