@@ -553,7 +553,8 @@ def unwritable_message(e: OSError, args: argparse.Namespace) -> str | None:
         "bench": "pass --out with a writable path",
         "task": "pass --dir with a writable folder",
     }.get(command, "")
-    return f"cannot write {where} ({what})" + (f"; {hint}" if hint else "")
+    head = f"cannot write {where} ({what})" if e.errno == errno.EROFS else f"{where}: {what}"    # EACCES: read or write
+    return head + (f"; {hint}" if hint else "")
 
 
 if __name__ == "__main__":

@@ -119,6 +119,7 @@ def check_starter(task_dir: Path) -> str | None:
     from ksearch.task.catalog import load_catalog
     from ksearch.task.registry import load_task
 
+    task_dir = task_dir.resolve()      # the judge's processes do not share our working directory
     task = load_task(task_dir.name, task_dir.parent)
     catalog = load_catalog(task.strategies_dir, task.name)
     device = resolve_device("auto")
@@ -129,5 +130,6 @@ def check_starter(task_dir: Path) -> str | None:
         reports = ev.remeasure(entries, task.workload_set("tiny"), None)
     for family, report in zip(catalog.families, reports):
         if not report.passed:
-            return f"family {family.name}: {' '.join(report.summary().split())[:300]}"
+            why = " ".join(report.summary().split(" | Traceback")[0].split())     # the verdict, not a stack
+            return f"family {family.name}: {why[:300]}"
     return None
