@@ -116,14 +116,17 @@ def test_tui_labels_keep_status_and_score_at_the_terminal_width(real_run, width)
 
 # ---- show --node: cut kernel lines are marked ----------------------------------------------------------------------
 def test_show_node_marks_kernel_lines_cut_at_the_width(real_run, capsys, monkeypatch):
+    from ksearch.viz.node_view import shown_evaluation
+
     history = load_history(real_run)
-    best = history.best.node_id
-    source = history.solution_source(history.best.solution_id)
+    wm = history.world_model()
+    node = next(n.node_id for n in wm.nodes() if n.solution and n.solution.score is not None)
+    source = history.solution_source(shown_evaluation(history, wm.node(node)).solution_id)   # the kernel shown
     long_lines = [line for line in source.splitlines() if len(line) > 60]
     assert long_lines                                                   # the real kernel has some
     monkeypatch.delenv("COLUMNS", raising=False)
     for width in WIDTHS:
-        assert main(["show", str(real_run), "--node", best, "--width", str(width)]) == 0
+        assert main(["show", str(real_run), "--node", node, "--width", str(width)]) == 0
         out = capsys.readouterr().out.splitlines()
         code = [line for line in out if re.match(r"│\s+\d+ ", line)]     # kernel lines in its panel
         assert code and max(map(len, out)) <= width
