@@ -5,7 +5,6 @@ lost and no half-made run folder; a run that died says so; nothing waits forever
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
