@@ -56,6 +56,7 @@ def compose_config(overrides: list[str]) -> DictConfig:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from ksearch.config_hints import first_problem
     from ksearch.task import add_task_dirs, list_tasks
 
     user_dir = _task_dir_override(overrides)
@@ -64,6 +65,9 @@ def compose_config(overrides: list[str]) -> DictConfig:
             raise ConfigError(f"task.dir={user_dir}: not an existing folder (it should hold task folders, e.g. "
                               f"made by `ksearch task new DEFINITION.json --dir {user_dir}`)")
         add_task_dirs(user_dir)
+    problem = first_problem(overrides, conf_dir())
+    if problem:
+        raise ConfigError(problem)
     register_configs(list_tasks())
     GlobalHydra.instance().clear()
     try:
@@ -71,8 +75,7 @@ def compose_config(overrides: list[str]) -> DictConfig:
             cfg = compose(config_name="config", overrides=overrides)
     except (HydraException, OmegaConfBaseException) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"{first} (overrides look like group=option or key.sub=value; `ksearch tasks` lists "
-                          f"tasks)") from None
+        raise ConfigError(f"{first} (overrides look like group=option or key.sub=value)") from None
     return checked(cfg)
 
 
@@ -93,6 +96,11 @@ def load_saved_config(run_dir: Path, overrides: list[str]) -> DictConfig:
     if groups:
         raise ConfigError(f"{' '.join(groups)}: resume takes key.sub=value overrides (e.g. llm.kind=litellm "
                           f"llm.model=openai/gpt-5.2), not group=option")
+    from ksearch.config_hints import first_problem
+
+    problem = first_problem(overrides, conf_dir())
+    if problem:
+        raise ConfigError(problem)
     try:
         cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(path))
         if overrides:
@@ -213,7 +221,32 @@ def execute(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = Non
     if not fresh and not run.exists():
         raise ConfigError(f"{run_path} holds no run to resume")
     with RunLock(run_path, create_dir=fresh, before_claim=run.ensure_new if fresh else None):
-        return _execute_locked(cfg, run_path, fresh=fresh, progress=progress)
+        try:
+            return _execute_locked(cfg, run_path, fresh=fresh, progress=progress)
+        except BaseException:
+            if fresh:
+                run.discard_if_empty()      # then the lock removes the folder it made, if that is all left
+            raise
+
+
+def preflight(cfg: DictConfig) -> None:
+    """Everything a fresh run can be refused for without measuring anything, checked before its folder is
+    made or named: the device, the task and its workload set, fork settings, the model's language, the
+    evaluation pool and the model's credentials."""
+    from ksearch.task import load_task
+
+    resolve_eval(cfg, load_task(cfg.task.name))
+    fork_settings(cfg)
+    if cfg.search.language == "cuda" and cfg.llm.kind == "offline" and not cfg.llm.get("replay"):
+        raise ConfigError("search.language=cuda: the offline model writes Triton only (its strategy catalogs are "
+                          "Triton templates); ask a model for CUDA with llm=litellm llm.model=<provider>/<model>, "
+                          "or drop search.language")
+    if cfg.eval.pool == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise ConfigError("eval.pool=ray needs Ray: pip install 'ksearch[ray]' (or eval.pool=local)") from None
+    check_llm_credentials(cfg)
 
 
 def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None):

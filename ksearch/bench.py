@@ -289,5 +289,5 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         atomic_write(args.out, json.dumps(doc, indent=1, default=lambda x: None if isinstance(x, float) and
                                              math.isnan(x) else str(x)))
-    return 0
+    return 1 if check is not None and not check["within_tolerance"] else 0     # a failed self-check fails
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 import time
@@ -10,9 +11,18 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-# Wide when piped (logs, CI) so trees are not folded at 80 columns.
-console = Console() if sys.stdout.isatty() else Console(width=160)
+from ksearch.viz.width import terminal_width
+
+# One width rule for everything drawn (ksearch/viz/width.py); log lines are never wrapped.
+console = Console(width=terminal_width(), soft_wrap=True)
+# Errors and refusals: stderr, one line, printed as they are (a hint such as 'ksearch[ray]' is no markup).
+errors = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def print_error(message: object) -> None:
+    errors.print(Text.assemble(("error: ", "bold red"), str(message)))
 
 
 def _print_outcome(outcome) -> None:
@@ -44,7 +54,7 @@ def _sinks(cfg, run_path: Path, group: str | None = None):
     from ksearch.viz.tracking import make_tracker, tee
 
     tracker = make_tracker(cfg.get("logger", "none"), to_plain(cfg), run_path, group=group,
-                           warn=lambda text: console.print(f"[yellow]warning:[/] {text}", highlight=False))
+                           warn=lambda text: errors.print(Text.assemble(("warning: ", "yellow"), text)))
     return tee(LiveProgress(console, live=cfg.run.live), tracker)
 
 
@@ -86,7 +96,7 @@ def _execute_and_print(cfg, run_path: Path, *, fresh: bool) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ksearch.app import ConfigError, check_device, compose_config
+    from ksearch.app import ConfigError, compose_config, preflight
     from ksearch.store import default_run_dir
 
     if args.multirun:
@@ -96,7 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{' '.join(swept)}: several values are a sweep; add -m to run every combination "
                           f"(`ksearch run -m {' '.join(args.overrides)}`)")
     cfg = compose_config(args.overrides)
-    check_device(cfg)
+    preflight(cfg)
     run_path = Path(cfg.run.dir) if cfg.run.dir else default_run_dir(cfg.task.name)
     console.print(f"run directory: {run_path}", highlight=False)
     return _execute(cfg, run_path, fresh=True)
@@ -143,9 +153,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return _sinks(cfg, run_path, group=group)
 
     def compose(overrides: list[str]):
-        from ksearch.app import compose_config
+        from ksearch.app import compose_config, preflight
 
         cfg = compose_config(overrides)
+        preflight(cfg)          # every arm's refusals come before arm 1 runs
         check_logger(to_plain(cfg).get("logger", "none"))    # a missing tracker package fails before arm 1
         return cfg
 
@@ -167,9 +178,9 @@ def _sweep_summary(sweep) -> None:
     histories = [load_history(a.run_dir) for a in sweep.arms if is_run_dir(a.run_dir)]
     if histories:
         target = default_target(histories)
-        console.print(compare_table(compare_rows(histories, target), target))
+        console.print(compare_table(compare_rows(histories, target), target, console.width))
     for arm in sweep.failed():
-        console.print(f"[red]arm {arm.index} {arm.status}[/] ({arm.name}): {arm.error or ''}", highlight=False)
+        console.print(Text.assemble((f"arm {arm.index} {arm.status}", "red"), f" ({arm.name}): {arm.error or ''}"))
     console.print(f"sweep written to {sweep.root} (sweep.json lists the arms; `ksearch compare {sweep.root}` "
                   f"redraws this table)", highlight=False)
 
@@ -203,6 +214,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     run_path = Path(args.run_dir)
     statuses = _statuses(args.status)
+    if args.depth is not None and args.depth < 0:
+        raise KeyError(f"--depth {args.depth}: levels below the start node, 0 or more (0: the node alone)")
     if args.live:
         return _show_live(run_path, args.node, args.depth, statuses)
     history = load_history(run_path)
@@ -210,11 +223,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     show_run(history, out, node_id=args.node, depth=args.depth, statuses=statuses, width=out.width,
              max_rows=None if args.all else DEFAULT_MAX_ROWS)
     if args.node:
-        out.print(render_node(history, args.node))
+        out.print(render_node(history, args.node, width=out.width))
     out.print(run_summary(history), highlight=False)
     if history.torn_tail:
         why = "the run is writing it" if history.live else "its writer was stopped mid-write; resume drops it"
-        console.print(f"[dim]the journal ends in a partial line ({why})[/]")
+        console.print(Text(f"the journal ends in a partial line ({why})", style="dim"))
     return 0
 
 
@@ -289,9 +302,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
-    from ksearch.viz.tui import run_tui
+    from ksearch.viz.tui import NoTerminal, run_tui
 
-    return run_tui(Path(args.run_dir))
+    try:
+        return run_tui(Path(args.run_dir))
+    except NoTerminal as e:
+        print_error(e)
+        return 2
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -305,7 +322,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         print(compare_json(rows, target))
     else:
-        console.print(compare_table(rows, target))
+        console.print(compare_table(rows, target, console.width))
         note = baseline_note(rows)
         if note:
             console.print(f"[yellow]note:[/] {note}", highlight=False)
@@ -328,7 +345,7 @@ def _task_of_solution(overrides: list[str], task: str | None) -> list[str]:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from ksearch.app import compose_config, resolve_eval
+    from ksearch.app import ConfigError, compose_config, resolve_eval
     from ksearch.eval.evaluator import Evaluator
     from ksearch.solution_file import read_solution_file
     from ksearch.task import load_task
@@ -337,6 +354,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     cfg = compose_config(_task_of_solution(args.overrides, own_task))
     task = load_task(cfg.task.name)
     device, set_name, workloads, settings = resolve_eval(cfg, task)
+    if sol.language == "cuda" and not device.startswith("cuda"):
+        import torch
+
+        fix = ("this machine has none: judge it on a GPU host" if not torch.cuda.is_available()
+               else "drop eval.device=cpu")
+        raise ConfigError(f"{args.solution} is a CUDA kernel, which needs a CUDA device, and this evaluation runs "
+                          f"on {device}; {fix}")
     with Evaluator(task, settings) as ev:
         baseline = ev.measure_baselines(workloads)
         report = ev.evaluate(sol.main_source, sol.solution_id, workloads, baseline)
@@ -360,22 +384,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_tasks(args: argparse.Namespace) -> int:
     from ksearch.task import list_tasks, load_task
+    from ksearch.viz.fit_table import Column, fit_table
 
-    table = Table(title="tasks")
-    for col in ("task", "op type", "workload sets", "baselines"):
-        table.add_column(col)
+    rows = []
     for name in list_tasks():
         t = load_task(name)
         sets = ", ".join(f"{k} ({len(v)})" for k, v in t.workload_sets().items())
         baselines = f"{', '.join(t.baselines())} (GPU)" if t.baselines() else "reference only"
-        table.add_row(name, t.definition.op_type, sets, baselines)
-    console.print(table)
+        rows.append([Text(name), Text(t.definition.op_type), Text(sets), Text(baselines)])
+    columns = [Column("task", whole=True), Column("op type"), Column("workload sets"), Column("baselines")]
+    console.print(fit_table(columns, rows, console.width, title="tasks (task=NAME picks one)"))
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from ksearch.bench import run
+    from ksearch.solution_file import read_solution_file
 
+    for path in args.solution:      # every file readable (and parsing) before anything is measured
+        read_solution_file(Path(path))
     return run(args)
 
 
@@ -500,13 +527,42 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except (ConfigError, UnknownTaskError, ModelError, JournalDivergence, JournalCorrupted, SweepError,
             TrackingError, SolutionFileError, DefinitionError, ExportError, CatalogError, DatasetError, FileNotFoundError,
-            FileExistsError, NotADirectoryError, PermissionError, KeyError) as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e     # KeyError's str() adds quotes
-        console.print(f"[bold red]error:[/] {msg}", highlight=False)
+            FileExistsError, NotADirectoryError, KeyError) as e:
+        print_error(e.args[0] if isinstance(e, KeyError) and e.args else e)     # KeyError's str() adds quotes
+        return 2
+    except OSError as e:
+        message = unwritable_message(e, args)
+        if message is None:
+            raise
+        print_error(message)
         return 2
     except KeyboardInterrupt:
-        console.print("interrupted; everything recorded so far is in the journal (`ksearch resume` continues)")
+        errors.print("interrupted; everything recorded so far is in the journal (`ksearch resume` continues)")
         return 130
+
+
+#: errno values that mean "this place cannot be written" (a read-only mount, permissions, a quota refusal).
+_UNWRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def unwritable_message(e: OSError, args: argparse.Namespace) -> str | None:
+    """One line for a write the file system refused, with what to do for the command that tried it."""
+    if e.errno not in _UNWRITABLE:
+        return None
+    where = e.filename or "a file"
+    what = (e.strerror or "refused").lower()
+    command = getattr(args, "command", "")
+    hint = {
+        "run": "pass a writable run.dir=PATH",
+        "resume": f"a resume appends to the run's journal: copy the run somewhere writable (cp -r "
+                  f"{getattr(args, 'run_dir', 'RUN_DIR')} NEW_DIR) and resume the copy",
+        "report": "pass --out DIR to write the report elsewhere",
+        "export": "pass --out DIR to write the export elsewhere",
+        "bench": "pass --out with a writable path",
+        "task": "pass --dir with a writable folder",
+    }.get(command, "")
+    head = f"cannot write {where} ({what})" if e.errno == errno.EROFS else f"{where}: {what}"    # EACCES: read or write
+    return head + (f"; {hint}" if hint else "")
 
 
 if __name__ == "__main__":

@@ -30,12 +30,12 @@ def test_bad_overrides_are_errors_that_name_the_key(override, needle):
 
 def test_cli_reports_config_errors_with_exit_code_2(capsys):
     assert main(["run", "search.max_roundz=3"]) == 2
-    assert "max_roundz" in capsys.readouterr().out
+    assert "max_roundz" in capsys.readouterr().err
 
 
 def test_resume_of_a_non_run_says_so(tmp_path, capsys):
     assert main(["resume", str(tmp_path)]) == 2
-    assert "not a run directory" in capsys.readouterr().out
+    assert "not a run directory" in capsys.readouterr().err
 
 
 def test_eval_judges_a_rendered_catalog_kernel(tmp_path, capsys):
@@ -64,6 +64,6 @@ def test_help_lists_the_commands_for_looking_at_runs(capsys):
 
 def test_report_and_compare_of_a_non_run_say_so(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
-    assert "not a run directory" in capsys.readouterr().out
+    assert "not a run directory" in capsys.readouterr().err
     assert main(["compare", str(tmp_path / "nope")]) == 2
-    assert "does not exist" in capsys.readouterr().out
+    assert "does not exist" in capsys.readouterr().err

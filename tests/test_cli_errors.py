@@ -59,8 +59,8 @@ def test_the_defaults_break_no_rule():
     ("task.dir=/no/such/folder", "not an existing folder"),
     ("+search.max_roundz=3", "search.max_roundz: not a setting"),
     ("+eval.bogus=1", "eval.bogus: not a setting"),
-    ("llm=llm_schema", "llm/llm_schema"),
-    ("search=search_schema", "search/search_schema"),
+    ("llm=llm_schema", "llm=llm_schema: no such llm"),
+    ("search=search_schema", "search=search_schema: no such search"),
     ("llm=litellm", "needs llm.model"),
 ])
 def test_bad_settings_are_one_line_errors_and_make_no_run(tmp_path, capsys, override, needle):
@@ -186,3 +186,73 @@ def test_compare_finds_the_arms_of_a_sweep_in_a_relative_folder(tmp_path, monkey
     sweep.write()
     found = expand_run_dirs([str(sweep.root)])
     assert [p.resolve() for p in found] == [Path(a.run_dir).resolve() for a in sweep.arms]
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("serach.max_rounds=3", "serach.max_rounds: not a setting of ksearch; did you mean search.max_rounds=3?"),
+    ("search.max_round=3", "did you mean search.max_rounds=3?"),
+    ("eval.devic=cpu", "did you mean eval.device=cpu?"),
+    ("llm=ofline", "llm=ofline: no such llm; did you mean llm=offline?"),
+    ("task=gqa_paged", "did you mean task=gqa_paged_decode_h32_kv4_d128_ps1?"),
+    ("search=2", "search=2: no such search (options: default)"),
+    ("fork=x", "fork: a group of settings, not one; set one of its keys, e.g. fork.from=..."),
+    ("zzz=1", "zzz: not a setting of ksearch (ksearch/config.py"),
+])
+def test_a_misspelt_override_is_named_with_the_nearest_setting(override, expected):
+    with pytest.raises(ConfigError) as e:
+        compose_config([override])
+    assert expected in str(e.value)
+    assert "ksearch tasks" not in str(e.value) or override.startswith("task=")
+
+
+def test_known_overrides_pass_the_hint_check():
+    from ksearch.config_hints import first_problem
+    from ksearch.app import conf_dir
+
+    assert first_problem(["search.max_rounds=3", "llm=litellm", "task=gqa_paged_decode_h32_kv4_d128_ps1",
+                          "fork.from=/x", "+search.extra=1", "eval.device=cpu,cuda", "hydra.verbose=true"],
+                         conf_dir()) is None
+
+
+def test_resume_names_a_misspelt_override_too(tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(compose_config([])))
+    assert main(["resume", str(tmp_path), "serach.max_rounds=9"]) == 2
+    assert "did you mean search.max_rounds=9?" in _one_line_error(capsys)
+
+
+def test_a_start_that_fails_after_the_folder_was_made_leaves_none(tmp_path, monkeypatch):
+    """Whatever fails before the first journal record (here the evaluation pool) takes the folder with it."""
+    import ksearch.eval.pool as pool
+
+    def no_pool(*a, **k):
+        raise ValueError("eval.pool=ray needs Ray: pip install 'ksearch[ray]' (or eval.pool=local)")
+
+    monkeypatch.setattr(pool, "build_pool", no_pool)
+    with pytest.raises(ConfigError, match=r"ksearch\[ray\]"):
+        execute(compose_config(["search.max_rounds=1"]), tmp_path / "run", fresh=True)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_start_that_recorded_something_keeps_its_folder(tmp_path):
+    from ksearch.store import RunDir
+
+    run = RunDir(tmp_path / "run")
+    run.create("x: 1\n")
+    run.journal_path.write_text('{"seq": 0, "kind": "run_start"}\n')
+    assert not run.discard_if_empty() and run.config_path.is_file()
+    run.journal_path.write_text("")
+    assert run.discard_if_empty() and not run.config_path.exists() and not (run.path / "solutions").exists()
+
+
+def test_bench_self_check_that_disagrees_exits_non_zero(tmp_path, capsys, monkeypatch):
+    import ksearch.bench as bench
+    from ksearch.task import load_task
+    from ksearch.task.catalog import load_catalog
+
+    task = load_task("gqa_paged_decode_h32_kv4_d128_ps1")
+    kernel = tmp_path / "k.py"
+    kernel.write_text(load_catalog(task.strategies_dir, task.name).render("grouped_heads", {}))
+    monkeypatch.setattr(bench, "SELF_CHECK_TOLERANCE", -1.0)     # no two measurements agree this closely
+    assert main(["bench", "task=gqa_paged_decode_h32_kv4_d128_ps1", "--solution", str(kernel), "--self-check",
+                 "eval.timeout_s=120"]) == 1
+    assert "NOT within" in capsys.readouterr().out

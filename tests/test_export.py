@@ -104,17 +104,17 @@ def test_eval_takes_the_task_from_an_exported_solution(searched, capsys, monkeyp
     assert main(["eval", str(run / "best" / "solution.py")]) == 0    # its solution.json names the task
     assert "rmsnorm_h4096 / tiny" in capsys.readouterr().out
     assert main(["eval", str(exported), "task=gqa_paged_decode_h32_kv4_d128_ps1"]) == 2
-    assert "this solution is for task rmsnorm_h4096" in capsys.readouterr().out
+    assert "this solution is for task rmsnorm_h4096" in capsys.readouterr().err
 
 
 def test_export_of_a_run_without_a_passing_kernel_says_so(tmp_path, capsys):
     assert main(["export", str(tmp_path)]) == 2
-    assert "error:" in capsys.readouterr().out
+    assert "error:" in capsys.readouterr().err
     (tmp_path / "journal.jsonl").write_text(json.dumps({"seq": 0, "kind": "run_start", "t": 0.0,
                                                         "task": "t", "workloads": []}) + "\n")
     (tmp_path / "config.yaml").write_text("{}")
     assert main(["export", str(tmp_path)]) == 2
-    assert "no passing kernel" in capsys.readouterr().out
+    assert "no passing kernel" in capsys.readouterr().err
 
 
 def test_a_seed_solution_that_cannot_be_read_is_refused_before_the_run(tmp_path, capsys):
@@ -123,4 +123,4 @@ def test_a_seed_solution_that_cannot_be_read_is_refused_before_the_run(tmp_path,
                                "entry_point": "a.py::run"}, "sources": [{"path": "a.py", "content": "x"},
                                                                         {"path": "b.py", "content": "y"}]}))
     assert main(["run", f"search.seed_solution={bad}", f"run.dir={tmp_path / 'run'}"]) == 2
-    assert "single-file" in capsys.readouterr().out and not (tmp_path / "run").exists()
+    assert "single-file" in capsys.readouterr().err and not (tmp_path / "run").exists()

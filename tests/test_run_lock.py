@@ -202,7 +202,7 @@ def test_run_resume_and_show_on_one_run_directory(tmp_path):
         assert shown.returncode == 0 and f"running (pid {first.pid}" in shown.stdout, shown.stdout[-2000:]
 
         refused = _cli("resume", str(run))           # a second writer while the run is alive
-        out = " ".join(refused.stdout.split())       # the console folds long lines
+        out = " ".join(refused.stderr.split())       # refusals go to stderr
         assert refused.returncode == 2 and f"pid {first.pid}" in out and "Traceback" not in refused.stderr, out
         assert _snapshot(run)["config.yaml"] == config   # not even the config was rewritten
 
@@ -232,7 +232,7 @@ def test_run_resume_and_show_on_one_run_directory(tmp_path):
         _wait(lambda: second_holds_it() or second.poll() is not None, 120, "the resume to take the lock")
         assert second.poll() is None, second.stderr.read().decode()[-2000:]
         third = _cli("resume", str(run))              # two resumes at once
-        out = " ".join(third.stdout.split())
+        out = " ".join(third.stderr.split())
         assert third.returncode == 2 and f"pid {second.pid}" in out, out
         _, err = second.communicate(timeout=600)
         assert second.returncode == 0, err.decode()[-2000:]

@@ -244,12 +244,12 @@ def test_show_live_returns_once_the_run_has_ended(toy_run, capsys):
 ])
 def test_show_errors_say_what_to_do(toy_run, capsys, args, needle):
     assert main(["show", str(toy_run), *args]) == 2
-    assert needle in capsys.readouterr().out
+    assert needle in capsys.readouterr().err
 
 
 def test_show_of_a_non_run(tmp_path, capsys):
     assert main(["show", str(tmp_path)]) == 2
-    assert "not a run directory" in capsys.readouterr().out
+    assert "not a run directory" in capsys.readouterr().err
 
 
 # ---- report ----------------------------------------------------------------------------------------------------

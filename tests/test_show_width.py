@@ -68,7 +68,7 @@ def test_piped_show_defaults_to_100_columns_and_width_overrides(real_run, capsys
     assert main(["show", str(real_run)]) == 0
     assert max(len(line) for line in capsys.readouterr().out.splitlines()) == 130
     assert main(["show", str(real_run), "--width", "20"]) == 2
-    assert "at least 60 columns" in capsys.readouterr().out
+    assert "at least 60 columns" in capsys.readouterr().err
 
 
 def test_short_ids_are_stable_as_the_journal_grows_and_accepted_by_node(real_run, tmp_path, capsys):
@@ -88,7 +88,7 @@ def test_short_ids_are_stable_as_the_journal_grows_and_accepted_by_node(real_run
     assert "attached kernel" in out
     assert main(["show", str(real_run), "--node", best]) == 0           # the full id still works
     assert main(["show", str(real_run), "--node", "n999"]) == 2
-    assert "short id (n12) or a full id" in capsys.readouterr().out
+    assert "short id (n12) or a full id" in capsys.readouterr().err
 
 
 def test_a_family_has_no_vs_parent_and_a_step_is_against_its_parent(tmp_path, capsys):

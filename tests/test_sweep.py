@@ -125,7 +125,7 @@ def test_an_existing_sweep_is_not_overwritten(tmp_path):
 
 def test_several_values_without_m_point_at_m(capsys):
     assert main(["run", "run.seed=0,1"]) == 2
-    assert "add -m" in capsys.readouterr().out
+    assert "add -m" in capsys.readouterr().err
 
 
 def test_a_real_two_arm_sweep(tmp_path, capsys):

@@ -71,7 +71,8 @@ def test_an_op_without_a_starter_says_to_use_an_llm(tmp_path, capsys, monkeypatc
     definition.write_text(json.dumps(SCALE_ROWS))
     assert main(["task", "new", str(definition), "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "no starter catalog" in out and "llm=litellm" in out and "SCALARS" in out
+    assert "no starter catalog for op type 'custom_scale' (starters exist for op types: rmsnorm)" in out
+    assert "llm=litellm" in out and "SCALARS" in out
     assert "warning" not in out                     # the reference ran on the generated inputs
     task = load_task("scale_rows_d64", tmp_path)
     w = task.workload_set("tiny")[2]
@@ -80,7 +81,7 @@ def test_an_op_without_a_starter_says_to_use_an_llm(tmp_path, capsys, monkeypatc
     assert inputs["alpha"] == 1.0
     assert not (tmp_path / "scale_rows_d64" / "strategies").exists()
     assert main(["task", "new", str(definition), "--dir", str(tmp_path)]) == 2       # exists: --force replaces
-    assert "--force" in capsys.readouterr().out
+    assert "--force" in capsys.readouterr().err
     assert main(["task", "new", str(definition), "--dir", str(tmp_path), "--force"]) == 0
 
 
@@ -94,7 +95,7 @@ def test_a_bad_definition_is_a_one_line_error(tmp_path, capsys, doc, needle):
     path = tmp_path / "d.json"
     path.write_text(doc)
     assert main(["task", "new", str(path), "--dir", str(tmp_path / "out")]) == 2
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert needle in out and "Traceback" not in out
 
 
@@ -141,3 +142,63 @@ def test_ksearch_tasks_dir_takes_several_folders_before_the_bundled_tasks(tmp_pa
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out
     assert "rmsnorm_h4096" in out and "scale_rows_d64" in out
+
+
+def _rmsnorm_written_differently(name: str, eps: str = "1e-6") -> dict:
+    """examples/rmsnorm.json with the same name, op type, axes, inputs and outputs, and a reference spelt
+    otherwise: other variable names, the epsilon inline, no assignment to an `eps` name."""
+    doc = json.loads(EXAMPLE.read_text())
+    doc["name"] = name
+    doc["reference"] = ("import torch\n\n\ndef run(hidden_states, weight):\n    h = hidden_states.float()\n"
+                        f"    ms = (h * h).mean(-1, keepdim=True)\n    return (h * torch.rsqrt(ms + {eps}) * "
+                        "weight.float()).to(torch.bfloat16)\n")
+    return doc
+
+
+def test_a_reference_written_differently_gets_the_starter_checked_by_running_it(tmp_path):
+    """`ksearch task new` as a user runs it, then an offline search of the new task finds a passing kernel."""
+    from tests.cli_subprocess import cli_env, ksearch
+
+    definition = tmp_path / "mine.json"
+    definition.write_text(json.dumps(_rmsnorm_written_differently("rmsnorm_other_h4096")))
+    p = ksearch("task", "new", definition, "--dir", tmp_path / "tasks")
+    assert p.returncode == 0, p.stderr
+    assert "starter catalog: rmsnorm" in p.stdout and "checked against the reference" in p.stdout, p.stdout
+    assert "no starter catalog" not in p.stdout
+    assert (tmp_path / "tasks" / "rmsnorm_other_h4096" / "strategies" / "catalog.yaml").is_file()
+    run = ksearch("run", "task=rmsnorm_other_h4096", f"run.dir={tmp_path / 'run'}", "search.max_rounds=1",
+                  "run.live=false", "eval.validate=null", env=cli_env(KSEARCH_TASKS_DIR=str(tmp_path / "tasks")))
+    assert run.returncode == 0 and "best:" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
+
+
+def test_a_starter_whose_kernels_miss_the_reference_is_not_written_and_the_note_says_why(tmp_path, capsys):
+    definition = tmp_path / "big_eps.json"
+    definition.write_text(json.dumps(_rmsnorm_written_differently("rmsnorm_big_eps_h4096", eps="0.5")))
+    assert main(["task", "new", str(definition), "--dir", str(tmp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "has a starter (rmsnorm) whose signature fits, but its kernels do not reproduce this reference" in out
+    assert "INCORRECT_NUMERICAL" in out and "llm=litellm" in out
+    assert not (tmp_path / "rmsnorm_big_eps_h4096" / "strategies").exists()
+
+
+def test_a_signature_the_starter_does_not_take_is_named(tmp_path, capsys):
+    doc = json.loads(EXAMPLE.read_text())
+    doc["name"] = "rmsnorm_two_out"
+    doc["outputs"]["rstd"] = {"shape": ["batch_size"], "dtype": "float32"}
+    doc["reference"] = doc["reference"].replace("return y.to(hidden_states.dtype)",
+                                                "return y.to(hidden_states.dtype), inv_rms[:, 0]")
+    definition = tmp_path / "two.json"
+    definition.write_text(json.dumps(doc))
+    assert main(["task", "new", str(definition), "--dir", str(tmp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "has a starter (rmsnorm), but it does not fit this definition" in out and "2 output(s)" in out
+    assert "(ksearch has one for: rmsnorm)" not in out
+
+
+def test_eps_candidates_come_from_the_reference_however_it_is_spelt():
+    from ksearch.task.starter_match import eps_candidates
+
+    assert eps_candidates("y = x * torch.rsqrt(v + 1e-05)")[0] == "1e-05"
+    assert eps_candidates("EPSILON = 0.000001\nz = x + EPSILON")[0] == "0.000001"
+    assert eps_candidates("no constant here") == ["1e-6", "1e-5"]
+    assert eps_candidates("v + 1e-6 and 3.0 and 1e-5") == ["1e-6", "1e-5"]

@@ -163,5 +163,5 @@ def test_run_with_logger_wandb_logs_every_round(fake_wandb, tmp_path):
 def test_run_with_a_missing_logger_fails_before_the_run(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "mlflow", None)
     assert main(["run", f"run.dir={tmp_path / 'r'}", "run.live=false", "logger=mlflow"]) == 2
-    assert "pip install mlflow" in capsys.readouterr().out
+    assert "pip install mlflow" in capsys.readouterr().err
     assert not (tmp_path / "r" / "journal.jsonl").exists()

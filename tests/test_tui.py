@@ -168,6 +168,32 @@ def test_follows_a_run_that_is_still_being_written(real_run, tmp_path):
     assert after == before
 
 
-def test_tui_of_a_non_run_is_a_one_line_error(tmp_path, capsys):
+def test_tui_of_a_non_run_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    import sys
+
+    for stream in (sys.stdin, sys.stdout):          # as in a terminal: the run is what is wrong here
+        monkeypatch.setattr(stream, "isatty", lambda: True)
     assert main(["tui", str(tmp_path)]) == 2
-    assert "not a run directory" in capsys.readouterr().out
+    assert "not a run directory" in capsys.readouterr().err
+
+
+def test_a_journal_damaged_while_the_tui_is_open_ends_it_with_the_reason(real_run, tmp_path):
+    live = tmp_path / "live"
+    shutil.copytree(real_run, live)
+    journal = live / "journal.jsonl"
+    lines = journal.read_text().splitlines(keepends=True)
+    apps = []
+
+    async def script(app, pilot):
+        apps.append(app)
+        assert app.failure is None and app._tree_nodes
+        lines[3] = lines[3][:30] + "\n"                                   # damage in the middle
+        journal.write_text("".join(lines) + lines[-1])                   # and the file grew: it is re-read
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if app.failure:
+                break
+
+    drive(live, script)
+    assert apps[0].failure and "is not a journal record" in apps[0].failure
+    assert apps[0].return_code == 2

@@ -75,7 +75,9 @@ def _same(a: Any, b: Any) -> bool:
             return False
         if a.device != b.device:
             b = b.to(a.device)
-        return a.numel() == 0 or bool(torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)))
+        # bit-exact, NaN included; contiguous first: an expanded output (stride 0) cannot be viewed as bytes
+        return a.numel() == 0 or bool(torch.equal(a.contiguous().reshape(-1).view(torch.uint8),
+                                                  b.contiguous().reshape(-1).view(torch.uint8)))
     return a is b
 
 
@@ -99,6 +101,9 @@ def _misfit(outs: list[Any], slots: list[torch.Tensor], names: list[str], device
         if type(o) is not torch.Tensor:        # noqa: E721 - a subclass could intercept the copy
             what = "a torch.Tensor subclass" if isinstance(o, torch.Tensor) else type(o).__name__
             return {"status": "INCORRECT_SHAPE", "message": f"{name}: expected a plain torch.Tensor, got {what}"}
+        if o.is_meta:
+            return {"status": "INCORRECT_SHAPE", "message": f"{name}: a meta tensor, which holds no values; "
+                                                            f"return computed tensors"}
         if o.device.type != torch.device(device).type:
             return {"status": "INCORRECT_DTYPE", "message": f"{name}: on device {o.device}, expected {device}"}
         if tuple(o.shape) != tuple(slot.shape):
@@ -252,9 +257,13 @@ class _Server:
             with self._no_grad():
                 raw = k.fn(*args)
             self._sync()
-            outs = self._normalize(raw, k.names)
+            try:
+                outs = self._normalize(raw, k.names)
+            except (ValueError, TypeError) as e:    # the wrong number or kind of outputs: a verdict, not a crash
+                outs, problem = [], {"status": "INCORRECT_SHAPE", "message": str(e)[:1500]}
+            else:
+                problem = self._misfit(outs, shared.outputs, k.names, k.device)
             del raw
-            problem = self._misfit(outs, shared.outputs, k.names, k.device)
             if not problem:
                 for o, slot in zip(outs, shared.outputs):
                     slot.copy_(o)

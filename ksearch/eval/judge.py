@@ -139,6 +139,7 @@ class _Cand:
     samples: dict[str, list[float]] = field(default_factory=dict)
     sock: socket.socket | None = None           # the connection's socket, for handing over shared memory
     windows: dict[str, int] = field(default_factory=dict)    # timed windows drawn per workload
+    died: bool = False      # its process ended on its own (not killed by the judge once it had failed)
 
     @property
     def ok(self) -> bool:
@@ -188,6 +189,7 @@ class Judge:
         try:
             waiting = c.child.conn.poll(0)
         except (EOFError, OSError):
+            c.died = True
             raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
         if waiting:
             raise CandidateGone(INCORRECT_TAMPERING, UNASKED)
@@ -199,6 +201,7 @@ class Judge:
             raise CandidateGone(TIMEOUT, f"no answer within eval.timeout_s={self.job.timeout_s:g}s; the "
                                          f"candidate's process and everything it started were killed") from None
         except (EOFError, OSError, BrokenPipeError):
+            c.died = True
             raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
         except wire.WireError as e:
             raise CandidateGone(INCORRECT_TAMPERING, f"the candidate's process sent a malformed reply: {e}") from None
@@ -210,6 +213,7 @@ class Judge:
         try:
             c.child.conn.send(req)
         except (EOFError, OSError, BrokenPipeError):
+            c.died = True
             raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
         header, values = self._receive(c)
         return header, values, (time.perf_counter() - t0) * 1e3
@@ -226,6 +230,7 @@ class Judge:
                 c.child.conn.send(dict(req, shared=True))
                 shared.hand_over(c.sock)
             except (EOFError, OSError, BrokenPipeError):
+                c.died = True
                 raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
             header, _ = self._receive(c)
             outs = shared.take_outputs()
@@ -329,6 +334,7 @@ class Judge:
         except TimeoutError:
             raise CandidateGone(TIMEOUT, f"no answer within eval.timeout_s={self.job.timeout_s:g}s") from None
         except (EOFError, OSError):
+            c.died = True
             raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
         except wire.WireError as e:
             raise CandidateGone(INCORRECT_TAMPERING, f"malformed reply: {e}") from None
@@ -731,7 +737,8 @@ class Judge:
             if c.report.status != TIMEOUT:
                 c.report.status = PASSED
                 c.fail(INCORRECT_TAMPERING, why)
-        if not c.ok and c.report.status == RUNTIME_ERROR and exit_note and "exit code 0" not in exit_note:
+        # how it ended says why only when it ended by itself; else the judge's own SIGKILL would be blamed
+        if not c.ok and c.died and c.report.status == RUNTIME_ERROR and exit_note and "exit code 0" not in exit_note:
             c.report.log = (c.report.log + "\n" if c.report.log else "") + f"the candidate's process {exit_note}"
         if out.strip():
             c.report.log = (c.report.log + "\n" if c.report.log else "") + \

@@ -334,6 +334,12 @@ class Search:
         self.wm.attach_solution(ROOT_ID, AttachedSolution(sol.solution_id, None, 0, report.status, report.score,
                                                           mean_latency(report)))
         self._consider_best(report, sol.solution_id, ROOT_ID, 0)
+        if report.passed:
+            self.progress.message(f"seed solution {path}: {report.summary()}; attached to the root, the search "
+                                  f"keeps it as the best until a kernel beats it")
+        else:
+            self.progress.message(f"warning: seed solution {path} did not pass and is not used (the search "
+                                  f"starts from the catalog's families): {report.summary()}")
 
     # ---- the loop -----------------------------------------------------------------------------------
     def run(self) -> SearchOutcome:

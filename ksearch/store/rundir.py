@@ -47,6 +47,21 @@ class RunDir:
         (self.path / "solutions").mkdir(parents=True, exist_ok=True)
         atomic_write(self.config_path, config_yaml)
 
+    def discard_if_empty(self) -> bool:
+        """Undo `create` when nothing was recorded (the journal has no line): a start that failed leaves no
+        half-made run behind. Returns whether it removed anything; a run with records is never touched."""
+        journal = self.journal_path
+        if journal.exists() and journal.stat().st_size > 0:
+            return False
+        solutions = self.path / "solutions"
+        if solutions.is_dir() and any(solutions.iterdir()):
+            return False
+        for made in (self.config_path, journal):
+            made.unlink(missing_ok=True)
+        if solutions.is_dir():
+            solutions.rmdir()
+        return True
+
     def exists(self) -> bool:
         return self.journal_path.exists() and self.config_path.exists()
 

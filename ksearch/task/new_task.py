@@ -3,8 +3,9 @@
 Written: definition.json (as given, less the reference), reference.py (the definition's reference),
 workloads.py (var-axis values for the tiny / feedback / full sets, random inputs by ksearch.task.synth),
 task.yaml (correctness rule and default sets), baseline.py (an empty hook to fill with a faster library
-call), and, for op types ksearch has a starter for, strategies/ with a Triton catalog the offline model
-searches at once. Everything is plain text to edit afterwards.
+call), and, when a starter fits (ksearch/task/starter_match.py: by op type and signature, confirmed by
+running its kernels against the reference), strategies/ with a Triton catalog the offline model searches
+at once. Everything is plain text to edit afterwards.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ import json
 import re
 import shutil
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ksearch.task.definition import Definition, DefinitionError, parse_definition
+from ksearch.task.starter_match import STARTERS, check_starter, write_starter
 
 # Var-axis values per workload set: tiny runs under the CPU interpreter, feedback is what a GPU search
 # scores, full is a wider sweep to confirm on. Several var axes take the values of one list together.
@@ -53,59 +54,6 @@ def read_definition_file(path: Path) -> tuple[dict[str, Any], Definition]:
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(doc.get("name", ""))):
         raise DefinitionError(f"{path}: name {doc.get('name')!r} must be a plain identifier (letters, digits, _ . -)")
     return doc, parse_definition(doc)
-
-
-# ---- starter catalogs ---------------------------------------------------------------------------------
-
-@dataclass
-class Starter:
-    """A catalog for one kind of op: `match` returns the template substitutions, or None."""
-    name: str
-    match: Callable[[Definition], dict[str, str] | None]
-
-
-def _eps_from_reference(reference: str) -> str | None:
-    m = re.search(r"\b(?:eps|EPS|epsilon|variance_epsilon)\w*\s*=\s*([0-9][0-9.eE+-]*)", reference)
-    return m.group(1) if m else None
-
-
-def _torch_dtype(name: str) -> str:
-    return f"torch.{name}"
-
-
-def _match_rmsnorm(d: Definition) -> dict[str, str] | None:
-    """x [..., H] and weight [H] (H const) -> one output shaped like x; optional float scalar eps."""
-    if "rmsnorm" not in (d.op_type + " " + d.name).lower() or "add" in d.op_type.lower():
-        return None
-    tensors = [t for t in d.inputs if not t.is_scalar]
-    scalars = [t for t in d.inputs if t.is_scalar]
-    if len(tensors) != 2 or len(d.outputs) != 1 or len(scalars) > 1:
-        return None
-    x, w = sorted(tensors, key=lambda t: -len(t.shape or ()))
-    out = d.outputs[0]
-    consts = d.const_axes()
-    if len(w.shape or ()) != 1 or not x.shape or x.shape[-1] != w.shape[0] or w.shape[0] not in consts:
-        return None
-    if out.shape != x.shape or not x.torch_dtype.is_floating_point:
-        return None
-    eps = scalars[0].name if scalars else _eps_from_reference(d.reference)
-    if eps is None:
-        return None
-    return {"@TASK@": d.name, "@HIDDEN@": str(consts[w.shape[0]]), "@SIGNATURE@": ", ".join(d.input_names),
-            "@X@": x.name, "@W@": w.name, "@EPS@": eps, "@OUT_DTYPE@": _torch_dtype(out.dtype)}
-
-
-STARTERS = [Starter("rmsnorm", _match_rmsnorm)]
-
-
-def _write_starter(starter: Starter, subs: dict[str, str], dest: Path) -> None:
-    dest.mkdir(parents=True, exist_ok=True)
-    src = resources.files("ksearch.task").joinpath("starters", starter.name)
-    for item in src.iterdir():
-        text = item.read_text()
-        for k, v in subs.items():
-            text = text.replace(k, v)
-        (dest / item.name).write_text(text)
 
 
 # ---- the task folder ----------------------------------------------------------------------------------
@@ -209,21 +157,43 @@ def new_task(definition_path: Path, parent: Path, *, force: bool = False) -> New
                      f"(SCALARS): set the real ones")
     if d.constraints:
         notes.append("the definition has constraints; check that the workloads in workloads.py satisfy them")
-    starter = next(((s, subs) for s in STARTERS if (subs := s.match(d)) is not None), None)
-    if starter:
-        _write_starter(starter[0], starter[1], dest / "strategies")
-        notes.append(f"starter catalog: {starter[0].name} Triton families in {dest / 'strategies'} "
-                     f"(the offline model searches them)")
-    else:
-        notes.append(f"no starter catalog for op type {d.op_type!r} (ksearch has one for: "
-                     f"{', '.join(s.name for s in STARTERS)}): search it with an LLM, e.g. "
-                     f"`ksearch run task={d.name} llm=litellm llm.model=openai/gpt-5.2`, or write "
-                     f"strategies/catalog.yaml yourself (layout in ksearch/task/catalog.py)")
     problem = _try_reference(dest, d.name)
     if problem:
         notes.append(f"warning: the reference failed on the first tiny workload: {problem}; edit workloads.py")
+    has_catalog = False if problem else _add_starter(d, dest, notes)
     on_path = dest.parent.resolve() in task_roots()
-    return NewTask(d.name, dest, starter is not None, on_path, notes)
+    return NewTask(d.name, dest, has_catalog, on_path, notes)
+
+
+def _add_starter(d: Definition, dest: Path, notes: list[str]) -> bool:
+    """strategies/ from the starter whose op type and signature fit `d`, kept only when its kernels pass
+    against the definition's reference (see ksearch/task/starter_match.py). Says why when there is none."""
+    llm = (f"search it with an LLM, e.g. `ksearch run task={d.name} llm=litellm llm.model=openai/gpt-5.2`, or "
+           f"write strategies/catalog.yaml yourself (layout in ksearch/task/catalog.py)")
+    starter = next((s for s in STARTERS if s.for_op(d)), None)
+    if starter is None:
+        notes.append(f"no starter catalog for op type {d.op_type!r} (starters exist for op types: "
+                     f"{', '.join(o for s in STARTERS for o in s.op_types)}): {llm}")
+        return False
+    fit = starter.fit(d)
+    if not fit.candidates:
+        notes.append(f"op type {d.op_type!r} has a starter ({starter.name}), but it does not fit this definition: "
+                     f"{fit.reason}; {llm}")
+        return False
+    failures = []
+    for subs in fit.candidates:
+        write_starter(starter, subs, dest / "strategies")
+        failure = check_starter(dest)
+        if failure is None:
+            eps = f" (eps {subs['@EPS@']})" if "@EPS@" in subs else ""
+            notes.append(f"starter catalog: {starter.name} Triton families in {dest / 'strategies'}{eps}, each "
+                         f"checked against the reference on the tiny workloads (the offline model searches them)")
+            return True
+        failures.append(failure)
+    shutil.rmtree(dest / "strategies")
+    notes.append(f"op type {d.op_type!r} has a starter ({starter.name}) whose signature fits, but its kernels do "
+                 f"not reproduce this reference ({failures[0]}): {llm}")
+    return False
 
 
 def _try_reference(dest: Path, name: str) -> str | None:

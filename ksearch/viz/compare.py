@@ -16,10 +16,12 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rich.table import Table
+from rich.console import RenderableType
+from rich.text import Text
 
 from ksearch.eval.noise import compare_scores
 from ksearch.store.history import NotARunError, RunHistory, is_run_dir
+from ksearch.viz.fit_table import Column, fit_table
 from ksearch.viz.tree_view import format_duration
 
 
@@ -115,9 +117,10 @@ def baseline_note(rows: list[CompareRow]) -> str | None:
     return None
 
 
-def compare_table(rows: list[CompareRow], target: float | None) -> Table:
-    """One row per run. Settings every run shares (task, model, policy, seed) move to the caption, so the
-    columns that remain are the ones that differ."""
+def compare_table(rows: list[CompareRow], target: float | None, width: int = 100) -> RenderableType:
+    """One row per run, no wider than `width`. Settings every run shares (task, model, policy, seed) move
+    to the caption, so the columns that remain are the ones that differ. Run folders, tasks and models are
+    names a user types: they are never cut (ksearch/viz/fit_table.py stacks the rows when they do not fit)."""
     cells = []
     top = max((r.best_score for r in rows if r.best_score is not None), default=None)
     for r in rows:
@@ -134,19 +137,16 @@ def compare_table(rows: list[CompareRow], target: float | None) -> Table:
     shared = [k for k in ("task", "model", "policy", "seed") if len(rows) > 1 and len({c[k] for c in cells}) == 1]
     title = "runs" + (f" (target score {target:.4g}x)" if target is not None else "")
     caption = ", ".join(f"{k} {cells[0][k]}" for k in shared) if shared else None
-    t = Table(title=title, caption=f"all runs: {caption}" if caption else None)
-    columns = [k for k in cells[0] if k not in shared] if cells else []
-    for col in columns:
-        width = max(len(col), *(len(c[col]) for c in cells))
-        if col in ("task", "model", "status"):     # long free text: these give way when the terminal is narrow
-            t.add_column(col, overflow="fold", max_width=max(12, min(width, 40)))
-        else:
-            t.add_column(col, no_wrap=True, min_width=width, justify="left" if col in ("run", "policy") else "right")
+    names = [k for k in cells[0] if k not in shared] if cells else []
+    columns = [Column(k, whole=k in ("run", "task", "model", "policy"),
+                      justify="left" if k in ("run", "task", "model", "policy", "status") else "right") for k in names]
+    table_rows = []
     for r, c in zip(rows, cells):
-        if r.best_score is not None and r.best_score == top:
-            c["best"] = f"[bold green]{c['best']}[/]"
-        t.add_row(*(c[k] for k in columns))
-    return t
+        line = [Text(c[k]) for k in names]
+        if r.best_score is not None and r.best_score == top and "best" in names:
+            line[names.index("best")].stylize("bold green")
+        table_rows.append(line)
+    return fit_table(columns, table_rows, width, title=title, caption=f"all runs: {caption}" if caption else None)
 
 
 def compare_json(rows: list[CompareRow], target: float | None) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from pathlib import Path
 
 from rich.console import Group, RenderableType
 from rich.panel import Panel
@@ -22,15 +23,21 @@ from ksearch.viz.speedups import base_node, measured_vs_parent, parent_score, pr
 from ksearch.world_model import Node, WorldModel
 
 
-def render_node(history: RunHistory, node_id: str) -> Group:
-    """Everything about one node (full or short id), top to bottom."""
-    return Group(*node_sections(history, node_id).values())
+#: What ends a code line cut to the terminal's width.
+CUT_MARK = "…"
+
+
+def render_node(history: RunHistory, node_id: str, width: int | None = None) -> Group:
+    """Everything about one node (full or short id), top to bottom; code lines longer than `width` are cut
+    and end in CUT_MARK (the panel says how many and where the whole file is)."""
+    return Group(*node_sections(history, node_id, width=width).values())
 
 
 def node_sections(history: RunHistory, node_id: str, *, wm: WorldModel | None = None,
-                  ids: ShortIds | None = None) -> dict[str, RenderableType]:
+                  ids: ShortIds | None = None, width: int | None = None) -> dict[str, RenderableType]:
     """One node in sections, for views that show them side by side or in tabs: plan (with the model's
-    notes), attempts (with the per-workload table), kernel, diff (against the parent's kernel)."""
+    notes), attempts (with the per-workload table), kernel, diff (against the parent's kernel). With
+    `width`, kernel and diff lines that do not fit are cut visibly (see render_node)."""
     wm = wm if wm is not None else history.world_model()
     if wm is None:
         raise KeyError(f"{history.run_dir}: the run has no world model yet, so it has no node {node_id!r}")
@@ -44,7 +51,7 @@ def node_sections(history: RunHistory, node_id: str, *, wm: WorldModel | None = 
     attempts: list[RenderableType] = [_attempts(history, node, best)]
     if shown is not None:
         attempts.append(_workloads(history, shown))
-    kernel, diff = _kernel_and_diff(history, wm, node, shown)
+    kernel, diff = _kernel_and_diff(history, wm, node, shown, width)
     return {"plan": Group(*plan), "attempts": Group(*attempts), "kernel": kernel, "diff": diff}
 
 
@@ -164,8 +171,8 @@ def _workloads(history: RunHistory, e: Evaluation) -> RenderableType:
     return Group(*parts)
 
 
-def _kernel_and_diff(history: RunHistory, wm: WorldModel, node: Node,
-                     shown: Evaluation | None) -> tuple[RenderableType, RenderableType]:
+def _kernel_and_diff(history: RunHistory, wm: WorldModel, node: Node, shown: Evaluation | None,
+                     width: int | None = None) -> tuple[RenderableType, RenderableType]:
     if shown is None:
         none = Text("no kernel: this node has no attempt yet", style="dim")
         return none, none
@@ -176,14 +183,49 @@ def _kernel_and_diff(history: RunHistory, wm: WorldModel, node: Node,
         return missing, missing
     lang = history.solution_language(sid)
     label = "attached kernel" if node.solution and node.solution.solution_id == sid else "last attempt's kernel"
-    kernel = Panel(Syntax(src, lang, line_numbers=True, word_wrap=False), title=f"{label} {sid}", title_align="left")
+    suffix = ".cu" if lang == "cuda" else ".py"
+    gutter = len(str(len(src.splitlines()))) + 3      # rich's line numbers: digits, then padding and a rule
+    shown_src, cut = cut_lines(src, None if width is None else width - _PANEL_EDGES - gutter)
+    kernel = _with_note(Panel(Syntax(shown_src, lang, line_numbers=True, word_wrap=False), title=f"{label} {sid}",
+                              title_align="left"), _cut_note(cut, history.run_dir / "solutions" / f"{sid}{suffix}"))
     base_sid, diff = kernel_diff(history, wm, node, sid)
     if diff is None:
         baseline = history.baseline.label if history.baseline else "the baseline"
         return kernel, Text(f"no parent kernel to diff against: the parent is the root, whose kernel is {baseline}",
                             style="dim")
-    return kernel, Panel(Syntax(diff or "(identical to the parent's kernel)\n", "diff", word_wrap=False),
-                         title=f"diff against the parent's kernel {base_sid}", title_align="left")
+    shown_diff, cut = cut_lines(diff or "(identical to the parent's kernel)\n",
+                                None if width is None else width - _PANEL_EDGES)
+    return kernel, _with_note(Panel(Syntax(shown_diff, "diff", word_wrap=False),
+                                    title=f"diff against the parent's kernel {base_sid}", title_align="left"),
+                              _cut_note(cut, None))
+
+
+#: A panel's border and padding, left and right.
+_PANEL_EDGES = 4
+
+
+def cut_lines(text: str, fit: int | None) -> tuple[str, int]:
+    """`text` with every line longer than `fit` columns cut to fit, ending in CUT_MARK; and how many were cut."""
+    if fit is None or fit < 2:
+        return text, 0
+    out, cut = [], 0
+    for line in text.splitlines():
+        line = line.expandtabs()
+        if len(line) > fit:
+            line, cut = line[:fit - 1] + CUT_MARK, cut + 1
+        out.append(line)
+    return "\n".join(out) + ("\n" if text.endswith("\n") else ""), cut
+
+
+def _cut_note(cut: int, whole: Path | None) -> str | None:
+    if not cut:
+        return None
+    where = f"; the whole file: {whole}" if whole is not None else ""
+    return f"{cut} line{'s' if cut > 1 else ''} above cut at the width, marked {CUT_MARK} (--width N draws wider){where}"
+
+
+def _with_note(panel: Panel, note: str | None) -> RenderableType:
+    return Group(panel, Text(note, style="dim")) if note else panel
 
 
 def kernel_diff(history: RunHistory, wm: WorldModel, node: Node, sid: str) -> tuple[str | None, str | None]:

@@ -52,22 +52,29 @@ def plot_best_by_round(history: RunHistory, path: Path) -> Path | None:
 
 def plot_predictions(points: list[PredictionPoint], path: Path, title: str,
                      labels: dict[str, str] | None = None) -> Path | None:
-    """Predicted against measured speedup over the parent kernel, one point per closed node, log axes;
-    each point labelled with its node's short id (`labels`: full id -> short id, as `show` prints them)."""
+    """Predicted against measured speedup over the parent kernel, one point per closed node, log axes; each
+    point labelled with its node's short id (`labels`: full id -> short id, as `show` prints them).
+
+    The legend sits below the axes with every family's name whole (wrapped, never cut); point labels are
+    placed where they overlap nothing (viz/label_placement.py) and the axis caption says how many crowded
+    ones were left out."""
+    import textwrap
+
+    from ksearch.viz.label_placement import place_labels
+
     labels = labels or {}
     if not points:
         return None
-    fig = _figure(6.0, 5.2)
-    ax = fig.add_subplot()
     families = sorted({p.family for p in points})
+    names = {f: "\n".join(textwrap.wrap(f, 60)) or f for f in families}
+    legend_lines = sum(names[f].count("\n") + 1 for f in families) + 1
+    fig = _figure(6.4, 5.4 + 0.16 * legend_lines)
+    ax = fig.add_subplot()
     colors = {f: f"C{i % 10}" for i, f in enumerate(families)}
     for fam in families:
         sub = [p for p in points if p.family == fam]
         ax.scatter([p.predicted for p in sub], [p.measured for p in sub], color=colors[fam], s=30,
-                   label=fam[:40], zorder=3)
-    for p in points:
-        ax.annotate(labels.get(p.node_id, p.node_id), (p.predicted, p.measured), fontsize=6, color="0.35",
-                    xytext=(3, 3), textcoords="offset points")
+                   label=names[fam], zorder=3)
     values = [p.predicted for p in points] + [p.measured for p in points]
     lo, hi = min(values) / 1.3, max(values) * 1.3
     ax.plot([lo, hi], [lo, hi], color="0.4", linestyle="--", linewidth=1, label="measured = predicted")
@@ -76,11 +83,19 @@ def plot_predictions(points: list[PredictionPoint], path: Path, title: str,
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
     _plain_log_ticks(ax)
-    ax.set_xlabel("predicted speedup over the parent kernel")
+    caption = "predicted speedup over the parent kernel"
+    ax.set_xlabel(caption + "\n(points labelled by node)")      # two lines now: the final caption has two
     ax.set_ylabel("measured speedup over the parent kernel")
     ax.set_title(title)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="best")
+    fig.legend(loc="outside lower center", fontsize=7, frameon=False)
+    fig.canvas.draw()                      # the layout is final here ...
+    fig.set_layout_engine("none")          # ... and stays so: labels are placed in display coordinates
+    left_out = place_labels(ax, [(p.predicted, p.measured) for p in points],
+                            [labels.get(p.node_id, p.node_id) for p in points])
+    if left_out:
+        ax.set_xlabel(f"{caption}\n(points labelled by node; {left_out} crowded label"
+                      f"{'s' if left_out > 1 else ''} left out)")
     fig.savefig(path)
     return path
 

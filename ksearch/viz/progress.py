@@ -58,11 +58,11 @@ class LiveProgress:
         if self._live is None:
             best = f"{best_score:.4g}x" if best_score is not None else "-"
             self.console.print(f"    -> {report.summary()[:160]}  | best {best} | "
-                               f"{time.monotonic() - self.t0:.0f}s", highlight=False)
+                               f"{time.monotonic() - self.t0:.0f}s", highlight=False, markup=False)
         self._refresh()
 
     def message(self, text: str) -> None:
-        self.console.print(text, highlight=False)
+        self.console.print(text, highlight=False, markup=False)
 
     def stop(self, status: str = "finished") -> None:
         """Take the live panel down (status is for sinks that record it, see viz.tracking.Tee)."""

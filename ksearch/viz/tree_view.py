@@ -1,13 +1,11 @@
 """`ksearch show`: the plan tree at a glance, one line per node at any width, best path highlighted.
 
-Each node is one line: its short id (viz/short_ids.py), the step cut to fit, its status, and three
+Each node is one line: its short id (store/short_ids.py), the step cut to fit, its status, and three
 numbers (viz/node_rows.py). Subtrees off the best path fold into one counted line when the tree would
 be longer than a screen; `--node ID` shows any node, its subtree and everything known about it.
 """
 
 from __future__ import annotations
-
-import os
 
 import networkx as nx
 from rich.console import Console
@@ -19,6 +17,7 @@ from ksearch.store.history import NotARunError, RunHistory
 from ksearch.store.short_ids import ShortIds
 from ksearch.viz.node_rows import NodeRow, best_mark, node_rows, node_title, pred_meas, speedup
 from ksearch.viz.speedups import families
+from ksearch.viz.width import terminal_width  # noqa: F401 - part of this module's API (cli, tests)
 from ksearch.world_model import Node, WorldModel
 
 #: Node.status values, for `ksearch show --status`.
@@ -29,7 +28,6 @@ _COLS = (("status", 6), ("vs base", 9), ("vs par", 7), ("pred->meas", 14))
 _RIGHT = sum(w for _, w in _COLS) + len(_COLS)      # one space before each column
 #: Folding keeps the tree to about this many lines unless `max_rows` says otherwise (None: never fold).
 DEFAULT_MAX_ROWS = 50
-MIN_WIDTH = 60
 
 
 def render_tree(wm: WorldModel, *, root_id: str | None = None, max_depth: int | None = None,
@@ -210,8 +208,7 @@ def show_run(history: RunHistory, console: Console, *, node_id: str | None = Non
     """The tree (or the subtree under `node_id`, short or full id), the family table, the kernel summary."""
     wm = history.world_model()
     if wm is None:
-        raise NotARunError(f"{history.run_dir}: the run has not built its world model yet (no tree record); "
-                           f"try again in a moment, or `ksearch show --live {history.run_dir}`")
+        raise NotARunError(no_tree_message(history))
     ids = ShortIds.from_history(history).covering(wm)
     best = manifest_from_history(history, ids)
     if node_id:
@@ -223,6 +220,14 @@ def show_run(history: RunHistory, console: Console, *, node_id: str | None = Non
         console.print(family_table(wm, ids, width, best, best_mean_ms(history)))
     if wm.kernel_summary and node_id is None:
         console.print(Text(wm.kernel_summary, style="dim"))
+
+
+def no_tree_message(history: RunHistory) -> str:
+    """Why a run has no tree to draw: it is starting (try again), or it died before building one (it never will)."""
+    if history.live:
+        return (f"{history.run_dir}: the run has not built its world model yet (no tree record); try again in a "
+                f"moment, or `ksearch show --live {history.run_dir}`")
+    return f"{history.run_dir}: the run died before it built its world model; {writer_status(history)}"
 
 
 def run_summary(history: RunHistory) -> Text:
@@ -270,23 +275,3 @@ def format_duration(seconds: float | None) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f}min"
     return f"{seconds / 3600:.2f}h"
-
-
-def terminal_width(explicit: int | None = None, default: int = 100) -> int:
-    """The width to draw at: `--width`, else $COLUMNS, else the terminal's real width (also when stdout is
-    piped, through stderr or stdin), else `default`."""
-    if explicit is not None:
-        if explicit < MIN_WIDTH:
-            raise KeyError(f"--width {explicit}: the tree needs at least {MIN_WIDTH} columns")
-        return explicit
-    env = os.environ.get("COLUMNS", "")
-    if env.isdigit() and int(env) >= MIN_WIDTH:
-        return int(env)
-    for fd in (1, 2, 0):
-        try:
-            cols = os.get_terminal_size(fd).columns
-        except (OSError, ValueError):
-            continue
-        if cols > 0:
-            return max(cols, MIN_WIDTH)
-    return default

@@ -14,6 +14,7 @@ and over SSH: Textual draws with escape sequences only, in any terminal.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from rich.console import Group, RenderableType
@@ -27,23 +28,49 @@ from textual.widgets.tree import TreeNode
 
 from ksearch.store.best_manifest import BestKind, BestManifest, manifest_from_history
 from ksearch.store.history import NotARunError, RunHistory, load_history
+from ksearch.store.journal import JournalCorrupted
+from ksearch.store.lock import probe
 from ksearch.store.short_ids import ShortIds
 from ksearch.viz.node_rows import NodeRow, best_mark, node_rows, speedup
 from ksearch.viz.node_view import kernel_diff, node_sections, shown_evaluation
 from ksearch.viz.speedups import families
-from ksearch.viz.tree_view import NODE_STATUSES, run_summary
+from ksearch.viz.tree_view import NODE_STATUSES, no_tree_message, run_summary
 from ksearch.world_model import WorldModel
 
 SECTIONS = ("plan", "attempts", "kernel", "diff")
 _STATUS_STYLE = {"closed": "green", "open": "cyan", "failed": "red", "pruned": "dim", "decision": "white"}
 
 
-def run_tui(run_dir: Path, poll_s: float = 1.0) -> int:
-    """Open the app on `run_dir` until the user quits. Raises NotARunError when there is no run there."""
-    if not (Path(run_dir) / "config.yaml").is_file():     # a run just started has a config, maybe no records
-        load_history(run_dir)   # fail before taking the screen, with the message that says what to pass
-    RunBrowser(Path(run_dir), poll_s=poll_s).run()
+class NoTerminal(RuntimeError):
+    """`ksearch tui` was started without a terminal (redirected, from a script): it could never be driven."""
+
+
+def run_tui(run_dir: Path, poll_s: float = 1.0, *, need_terminal: bool = True) -> int:
+    """Open the app on `run_dir` until the user quits. Everything that makes it pointless to take the
+    screen is refused first, in one line: no terminal (NoTerminal), no run or a damaged journal
+    (NotARunError, JournalCorrupted), a run that died before it had a tree. A journal damaged while the
+    app is open ends it the same way; the message is then returned through `RunBrowser.failure`."""
+    if need_terminal and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise NoTerminal(f"ksearch tui needs a terminal (its input or output is not one); in a script use "
+                         f"`ksearch show {run_dir}`")
+    _check_drawable(Path(run_dir))
+    app = RunBrowser(Path(run_dir), poll_s=poll_s)
+    app.run()
+    if app.failure:
+        raise NotARunError(app.failure)
     return 0
+
+
+def _check_drawable(run_dir: Path) -> None:
+    """Raise what the app would only be able to show as an error (a run being created is fine: it waits)."""
+    try:
+        history = load_history(run_dir)
+    except NotARunError:
+        if (run_dir / "config.yaml").is_file() and probe(run_dir).live:
+            return              # created a moment ago by a live writer: its first records are coming
+        raise
+    if history.world_model() is None and not history.live:
+        raise NotARunError(no_tree_message(history))
 
 
 def _widest(text: str) -> int:
@@ -56,7 +83,7 @@ class RunBrowser(App[None]):
     TITLE = "ksearch"
     CSS = """
     #body { height: 1fr; }
-    #tree { width: 45%; min-width: 36; border-right: solid $primary-darken-2; }
+    #tree { width: 45%; min-width: 40; border-right: solid $primary-darken-2; }
     #detail { width: 1fr; }
     .pane { min-width: 100%; }
     #status { height: auto; max-height: 3; padding: 0 1; background: $boost; }
@@ -89,6 +116,7 @@ class RunBrowser(App[None]):
         self._stamp: tuple[int, int] | None = None
         self._shown: tuple[str, object] | None = None
         self.reloads = 0                          # journal reads that changed something (tests watch it)
+        self.failure: str | None = None           # why the app ended on its own (run_tui reports it)
 
     # ---- layout -------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -106,6 +134,7 @@ class RunBrowser(App[None]):
         tree = self.query_one(Tree)
         tree.show_root = True
         tree.auto_expand = False
+        tree.guide_depth = 3        # narrower indents: deep nodes keep their status and score at 80 columns
         self.reload()
         tree.focus()
         self.set_interval(self.poll_s, self.reload)
@@ -126,11 +155,20 @@ class RunBrowser(App[None]):
         self._stamp = stamp
         try:
             history = load_history(self.run_dir)
+        except JournalCorrupted as e:         # damage in the middle: nothing more will ever be readable
+            self._fail(str(e))
+            return
         except NotARunError as e:
+            if not probe(self.run_dir).live:
+                self._fail(str(e))
+                return
             self.query_one("#status", Static).update(Text(str(e), style="red"))
             return
         wm = history.world_model()
         if wm is None:
+            if not history.live:              # it died before building a tree: waiting would be forever
+                self._fail(no_tree_message(history))
+                return
             self.query_one("#status", Static).update(Text("waiting for the run to build its world model ...",
                                                           style="dim"))
             return
@@ -142,6 +180,10 @@ class RunBrowser(App[None]):
         self._sync_tree()
         self._show_selected()
         self._update_status()
+
+    def _fail(self, message: str) -> None:
+        self.failure = message
+        self.exit(return_code=2)
 
     # ---- the tree -----------------------------------------------------------------------------------
     def visible_ids(self) -> list[str]:
@@ -214,13 +256,14 @@ class RunBrowser(App[None]):
         return None
 
     def _label(self, row: NodeRow) -> Text:
+        """Short id, status and score first, the step last: a narrow tree pane cuts only the step's words."""
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(f"{row.short} ", style="bold magenta" if row.on_best_path else "bold")
-        t.append(best_mark(row) + row.title + " ", style="bold" if row.is_best else "")
-        t.append(row.status if not row.is_best else "best",
+        t.append(best_mark(row) + (row.status if not row.is_best else "best"),
                  style="bold magenta" if row.is_best else _STATUS_STYLE.get(row.status, ""))
         if row.score is not None:
             t.append(f" {speedup(row.score)}", style="green")
+        t.append(" " + row.title, style="bold" if row.is_best else "")
         return t
 
     def _move_to(self, tnode: TreeNode) -> None:
