@@ -263,6 +263,16 @@ class Judge:
     def output_bytes(self, w: Workload) -> int:
         return self._bytes(self.task.definition.outputs, w)
 
+    def reply_budget(self, w: Workload) -> int | None:
+        """The most tensor bytes one reply may carry on `w`: every output of every timing set (None: unsized)."""
+        axes = {**self.task.definition.const_axes(), **w.axes}
+        try:
+            for spec in self.task.definition.outputs:
+                spec.concrete_shape(axes) if not spec.is_scalar else None
+        except (KeyError, ValueError, AttributeError):
+            return None
+        return self.output_bytes(w) * max(1, self.timing_sets(w))
+
     def time_gpu(self, c: _Cand, w: Workload) -> None:
         """GPU time (graph replay, judge's clock) and call latency (eager loop, judge's clock); outputs checked."""
         from ksearch.eval.gputime import iterations_for
@@ -417,6 +427,7 @@ class Judge:
                 for c in alive:
                     c.row(w.name)
                     c.prev_outputs = None
+                    wire.limit_replies(c.child.conn, self.reply_budget(w))
                 check_ms: dict[str, list[float]] = {c.sid: [] for c in alive}
                 for t in range(self.job.check_trials):
                     k = t % len(alive)
