@@ -142,10 +142,17 @@ class Judge:
             raise CandidateGone(TIMEOUT, f"no answer within eval.timeout_s={self.job.timeout_s:g}s; the "
                                          f"candidate's process and everything it started were killed") from None
         except (EOFError, OSError, BrokenPipeError):
-            raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
+            raise self._died(c) from None
         except wire.WireError as e:
             raise CandidateGone(INCORRECT_TAMPERING, f"the candidate's process sent a malformed reply: {e}") from None
         return header, values, (time.perf_counter() - t0) * 1e3
+
+    def _died(self, c: _Cand) -> CandidateGone:
+        """The candidate's process is gone: a refusal of the sandbox (which ends it) is tampering."""
+        refusal = getattr(c.child, "refusal", lambda: None)()
+        if refusal:
+            return CandidateGone(INCORRECT_TAMPERING, f"the sandbox refused: {refusal}")
+        return CandidateGone(RUNTIME_ERROR, "the candidate's process died")
 
     def expect_ok(self, c: _Cand, header: dict[str, Any], workload: str | None) -> bool:
         if header.get("ok") is True and not header.get("status"):
@@ -219,7 +226,7 @@ class Judge:
         except TimeoutError:
             raise CandidateGone(TIMEOUT, f"no answer within eval.timeout_s={self.job.timeout_s:g}s") from None
         except (EOFError, OSError):
-            raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
+            raise self._died(c) from None
         except wire.WireError as e:
             raise CandidateGone(INCORRECT_TAMPERING, f"malformed reply: {e}") from None
         return header, values, (time.perf_counter() - t0) * 1e3
