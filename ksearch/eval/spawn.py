@@ -154,9 +154,13 @@ class CandidateSpawner:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
+OWNED_PREFIX = SCRATCH_PREFIX + "pid"
+
+
 def new_scratch_root() -> Path:
-    """A scratch root named after this process, so a later one can tell it is stale once we are gone."""
-    return Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}_"))
+    """A scratch root named after this process (ksearch_scratch_pid<PID>-<random>), so a later process can
+    tell it is stale once this one is gone (mkdtemp's random part never holds a '-')."""
+    return Path(tempfile.mkdtemp(prefix=f"{OWNED_PREFIX}{os.getpid()}-"))
 
 
 def remove_stale_scratch_roots() -> int:
@@ -170,9 +174,10 @@ def remove_stale_scratch_roots() -> int:
     except OSError:
         return 0
     for p in entries:
-        rest = p.name[len(SCRATCH_PREFIX):] if p.name.startswith(SCRATCH_PREFIX) else ""
-        owner = rest.split("_", 1)[0]
-        if not owner.isdigit() or "_" not in rest or not p.is_dir() or p.is_symlink():
+        if not p.name.startswith(OWNED_PREFIX) or "-" not in p.name:
+            continue
+        owner = p.name[len(OWNED_PREFIX):].split("-", 1)[0]
+        if not owner.isdigit() or not p.is_dir() or p.is_symlink():
             continue
         try:
             if p.stat().st_uid != os.getuid():
