@@ -10,17 +10,27 @@ hook refuses, by raising PermissionError("ksearch-audit: refused <operation>: <w
   file descriptor (an os.open(..., dir_fd=) trick would otherwise dodge the path check);
 - sockets: any connect, bind, sendto/sendmsg, name lookup, and creating a non-AF_UNIX socket;
 - subprocesses and fork: os.system, os.fork/forkpty, pty.spawn always; subprocess.Popen, os.exec*,
-  os.posix_spawn, os.spawn* are decided by *who asks*, not by the program's name: allowed when the code
-  that starts the process (the first frame outside the standard library) is the toolchain's own
-  (triton, torch.utils.cpp_extension, torch._inductor, ksearch.instantiate.cuda), so whatever those start
-  for compiling or probing works (ptxas, cc, ldconfig, and `file` from platform.architecture() inside
-  triton's cache key); refused when candidate code asks, even for a compiler. Two kinds of program are
+  os.posix_spawn, os.spawn* and _posixsubprocess.fork_exec (which CPython does not audit: the hook wraps it,
+  see `_wrap_unaudited`, and refuses a fresh copy of the module) are decided by *who asks*, not by the
+  program's name: allowed when the code that starts the process (the first frame outside the standard
+  library) is the toolchain's own (triton, torch._inductor, ksearch.instantiate.cuda, and torch's extension
+  builder when ksearch's CUDA builder called it), so whatever those start for compiling or probing works
+  (ptxas, cc, ldconfig, and `file` from platform.architecture() inside triton's cache key); refused when
+  candidate code asks, even for a compiler or through torch's extension builder. Two kinds of program are
   refused whoever asks, because starting them hands control to whatever the candidate wrote: a program
   inside a writable directory (the scratch folder), and a command interpreter (`INTERPRETERS`: shells,
   script runtimes, launchers such as env/xargs), which is what a steered toolchain would be pointed at;
   signals to other processes (os.kill, os.killpg, signal.pthread_kill);
 - ctypes and cffi (dlopen, dlsym, foreign calls, raw memory access) unless the call comes from a library
   (torch, triton, numpy... in site-packages);
+- native code from a file (ctypes.dlopen, and extension modules through _imp.create_dynamic, wrapped): never
+  a file candidate code wrote, and from the scratch folder only for the toolchain (Triton's launcher,
+  ksearch's CUDA builder): numpy.ctypeslib.load_library of a shared object in scratch is refused although a
+  numpy frame asks;
+- named shared memory (_posixshmem.shm_open, wrapped) from candidate code; computing the task's reference
+  (the `ksearch.task_reference` event of Task.reference);
+- paths the hook cannot resolve for certain (a symlinked prefix past PATH_MAX, a loop): existing prefixes
+  are resolved strictly, never by non-strict realpath, which stops resolving at the first error;
 - frame and gc introspection from candidate code: sys._getframe, sys._current_frames,
   sys._current_exceptions, gc.get_objects/get_referrers/get_referents, reading tb_frame, gi_frame,
   cr_frame, ag_frame (the attribute reads CPython audits; f_back, f_globals and f_locals are not audited,
@@ -40,11 +50,13 @@ triton keep working (dataclasses, typing, warnings and triton.jit's inspect.gets
 sys._getframe) while the same calls made by a candidate are refused.
 
 Every refusal is appended to `violations` and written once to fd 2 as one line starting with
-"ksearch-audit: refused", which the fork server collects from the stream (the candidate can clear the
-list, not what it already wrote to the pipe).
+"ksearch-audit: refused", which the fork server collects from the stream, and then (AuditPolicy.fatal, the
+default) ends the process with exit code REFUSED_EXIT: the judge sees that exit code whatever the candidate
+did to fd 2 (closed, or dup2'ed onto /dev/null), and records INCORRECT_TAMPERING. A check that fails in
+the hook itself (an exception while deciding) refuses too.
 
-What this does NOT stop (the process boundary does: a fresh process per candidate, PID/network
-namespaces, the judge in another process):
+What this does NOT stop (the kernel's walls do, ksearch.eval.walls: read-only mounts, tmpfs scratch,
+an unprivileged uid, Landlock, seccomp; and the process boundary: the judge in another process):
 - native code: a CUDA/C++ candidate, or a library loaded by trusted code, runs without any audit; it can
   make any system call (write files anywhere the user may, signal, map memory);
 - C-level hooks that CPython does not audit, e.g. torch._C._dynamo.eval_frame.set_eval_frame (PEP 523)
@@ -53,7 +65,8 @@ namespaces, the judge in another process):
   calls f from a torch frame), or a library function that returns a frame it fetched;
 - a symlink swapped inside the scratch directory between the hook's check and the open;
 - writes to file descriptors that are already open (fd 1 and 2, the connection), and os.write;
-- the hook itself can be starved: a candidate that closes fd 2 stops the report lines, not the refusals.
+- a library helper that both writes and loads native code for its caller (triton's own C build), steered
+  by the candidate: the walls contain what that code does.
 """
 
 from __future__ import annotations

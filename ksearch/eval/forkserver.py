@@ -40,16 +40,25 @@ Interface (for the evaluator)
 - Harness code that runs in the child after the hook (the target) belongs in ksearch/: the hook counts
   files of the ksearch package as the evaluator's, and files anywhere else (tests/, the scratch dir,
   "<string>") as candidate code. Preload the target's module: importing it in every child costs time.
-- What the child can still read: every file the user can (the task's files, the run directory), and
-  /dev/shm. Keep reference outputs in the judge's memory, never in files or shared memory the candidate
-  could open; give the child shared memory for its outputs as a descriptor over conn.
+- Walls (ksearch.eval.walls, `walls=True`, the default): the zygote probes once what the kernel allows
+  (`walls_plan`, described in `isolation_note`), and every child applies it right after the fork: its own
+  mount namespace (read-only, a tmpfs scratch of `scratch_bytes`, a private /dev/shm, `hidden` folders
+  covered), an unprivileged uid where it can read what it needs, no capabilities, Landlock, seccomp.
+  `spawn(..., tasks=, hidden=, seeds=)`: TaskSnapshots pinned in the child before the target runs (it
+  never reads the task's folder), folders its mount namespace hides, folders copied into its scratch (the
+  copy happens in the child, since its scratch is a tmpfs of its own). The child's environment loses
+  variables that look like credentials (*KEY*, *TOKEN*, *SECRET*...).
+- What the child can still read: what its uid may read outside the veiled and hidden folders (the run
+  directory included). Keep reference outputs in the judge's memory, never in files the candidate could
+  open; give the child shared memory for its outputs as a descriptor over conn.
 - Reaping: see ksearch.eval.reaper. With isolation "namespaces" (the default where permitted) the child
   is PID 2 of its own PID namespace (PID 1 is a do-nothing init, so the child keeps ordinary signal
   semantics) and has its own, empty network namespace; when the child ends or is killed, the namespace's
   init is killed and the kernel kills everything left in it; where the kernel allows it the child also
   has a mount namespace with its own /proc (the judge's /proc/PID cannot be named). Every child then
   gives up all capabilities (bounding set included) and sets no_new_privs (`drop_capabilities=True`, the
-  default): native code cannot mount, unshare, setns, ptrace or load modules. With "subreaper"
+  default): native code cannot mount, unshare, setns, ptrace or load modules (and the seccomp filter kills a
+  process that tries). With "subreaper"
   the zygote reaps and kills
   every orphan. Either way `wait()` reports the exit only after the child's descendants are gone.
 - If the zygote dies, its children die with it (PR_SET_PDEATHSIG) and the next spawn starts a new one.
@@ -259,6 +268,8 @@ class ForkServer:
         from ksearch.eval import walls as walls_module
         self.walls_plan = walls_module.from_json(ready["walls"]) if ready.get("walls") else None
         if self.walls_plan is not None:
+            if self.walls_plan.mount == "userns":          # its user namespace has an empty network namespace
+                self.isolation_note = self.isolation_note.replace(" (no network isolation)", "")
             self.isolation_note += "; walls: " + self.walls_plan.describe()
             walls_module.set_current(self.walls_plan)
         self.startup_s = time.perf_counter() - t0

@@ -85,7 +85,7 @@ class WallsPlan:
     def describe(self) -> str:
         parts = []
         if self.mount:
-            parts.append(f"mount namespace ({'as root' if self.mount == 'root' else 'in a user namespace'}): "
+            parts.append(f"mount namespace ({'as root' if self.mount == 'root' else 'in a user namespace, no network'}): "
                          f"read-only file system, {self.scratch_bytes >> 20} MiB tmpfs scratch, private "
                          f"/dev/shm, the task's files hidden" + (", private /proc" if self.private_proc else ""))
         if self.uid is not None:
