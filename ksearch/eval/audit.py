@@ -4,7 +4,8 @@
 process before any candidate code is imported; Python code cannot remove an audit hook. From then on the
 hook refuses, by raising PermissionError("ksearch-audit: refused <operation>: <why>"):
 
-- opening another process's /proc/PID entries (its memory, descriptors, environment, namespaces);
+- opening another process's /proc/PID entries (its memory, descriptors, environment, namespaces), and
+  anything in the `hidden` folders (the task's, for reading too);
 - file writes outside the scratch directory (open/os.open for writing, and mkdir, remove, rename, link,
   symlink, chmod, chown, truncate, utime, mknod, sqlite3.connect), and opening a directory outside it as a
   file descriptor (an os.open(..., dir_fd=) trick would otherwise dodge the path check);
@@ -115,15 +116,18 @@ class AuditPolicy:
     writable: tuple[str, ...] = ()               # more directories writes may go to (the scratch dir always)
     exec_origins: tuple[str, ...] = EXEC_ORIGINS
     fatal: bool = True                           # a refusal ends the process (False: raises PermissionError)
+    hidden: tuple[str, ...] = ()                 # folders the candidate may not even read (the task's)
 
 
 _installed = False
 
 
 def install(scratch_dir: str | os.PathLike[str], candidate_prefixes: list[str] | tuple[str, ...] = (),
-            writable: list[str] | tuple[str, ...] = (), fatal: bool = True) -> None:
+            writable: list[str] | tuple[str, ...] = (), fatal: bool = True,
+            hidden: list[str] | tuple[str, ...] = ()) -> None:
     """Install the hook for this process (once; a second call raises RuntimeError)."""
-    install_policy(AuditPolicy(os.fspath(scratch_dir), tuple(candidate_prefixes), tuple(writable), fatal=fatal))
+    install_policy(AuditPolicy(os.fspath(scratch_dir), tuple(candidate_prefixes), tuple(writable), fatal=fatal,
+                               hidden=tuple(os.fspath(h) for h in hidden)))
 
 
 def preload_for_hook() -> None:
@@ -250,6 +254,7 @@ def _make_hook(policy: AuditPolicy) -> tuple[Any, set[Any]]:  # noqa: C901  (one
     scratch = _real(policy.scratch_dir)
     writable = tuple({scratch, *(_real(p) for p in policy.writable)})
     candidate_roots = tuple({scratch, *(_real(p) for p in policy.candidate_prefixes)})
+    hidden = tuple({_real(p) for p in policy.hidden})
     paths = sysconfig.get_paths()
     stdlib = tuple({_real(paths["stdlib"])})
     site_set = {_real(paths[k]) for k in ("purelib", "platlib")} | {_real(p) for p in sys.path
@@ -433,6 +438,8 @@ def _make_hook(policy: AuditPolicy) -> tuple[Any, set[Any]]:  # noqa: C901  (one
             return
         if isinstance(path, (str, bytes)):
             real = resolve(path, "opening")
+            if hidden and _under(real, hidden):
+                refuse(f"reading the task's files: {os.fsdecode(path)[:200]!r}", "they belong to the judge")
             m = _PROC_PID.match(real)
             if m and m.group(1) != own_pid:
                 refuse(f"opening {os.fsdecode(path)!r}", "other processes' /proc entries (memory, descriptors, "

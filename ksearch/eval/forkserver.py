@@ -790,6 +790,9 @@ def zygote_main(argv: list[str] | None = None) -> None:
             sizes = {k: config[k] for k in ("scratch_bytes", "shm_bytes") if config.get(k)}
             plan = walls.probe(isolation == "namespaces", private_proc,
                                drop_caps=bool(config.get("drop_capabilities", True)), **sizes)
+            if plan.seccomp:
+                from ksearch.eval import seccomp
+                seccomp.build()           # assembled once here; every child inherits it
         t0 = time.perf_counter()
         _preload(config)
         threads = len(os.listdir("/proc/self/task"))

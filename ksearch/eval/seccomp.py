@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import platform
 from dataclasses import dataclass
@@ -85,6 +86,7 @@ def supported() -> bool:
     return platform.machine() in _ARCHES and hasattr(ctypes.CDLL(None), "prctl")
 
 
+@functools.lru_cache(maxsize=1)
 def build() -> Filter:
     """Assemble the filter for this machine's architecture (jumps resolved to forward offsets)."""
     index, audit_arch = _ARCHES[platform.machine()]
