@@ -236,6 +236,12 @@ REFUSED = {
             spec = importlib.util.find_spec("_posixsubprocess")
             return importlib.util.module_from_spec(spec).fork_exec
     ''', "creating the module _posixsubprocess afresh"),
+    "cuda_builder_asked_by_a_python_candidate": ('''
+        from pathlib import Path
+        from ksearch.instantiate import cuda
+        def run():
+            return cuda.compile_check("__global__ void k() {}", "run", "/bin/true", Path("build").absolute())
+    ''', "may only be started by the toolchain's own code"),
     "numpy_ctypeslib_scratch_library": ('''
         import glob, os, shutil
         import numpy.ctypeslib

@@ -394,10 +394,12 @@ def _make_hook(policy: AuditPolicy) -> tuple[Any, set[Any]]:  # noqa: C901  (one
             raise
 
     def builder_origin(origins: tuple[str, ...]) -> bool:
-        """Is the code asking (first frame outside the standard library) one of `origins`? Torch's extension
-        builder counts only when ksearch's CUDA builder called it."""
+        """Is the code asking (first frame outside the standard library) one of `origins`? ksearch's CUDA
+        builder counts only when the harness called it (no candidate frame above it: a Python candidate that
+        calls the builder on a source of its own gets no native code), and torch's extension builder only
+        when ksearch's CUDA builder called it."""
         first = ""
-        builder_above = False
+        builder = False
         for f in caller_frames():
             fn = f.f_code.co_filename
             k = kind_of(fn)
@@ -408,14 +410,16 @@ def _make_hook(policy: AuditPolicy) -> tuple[Any, set[Any]]:  # noqa: C901  (one
                 if k not in ("library", "harness"):
                     return False
                 first = rel
-                if not first.startswith(BUILDER_GATED_ORIGINS):
-                    break
-            elif rel == CUDA_BUILDER:
-                builder_above = True
-                break
-        if not first or not first.startswith(origins):
-            return False
-        return builder_above or not first.startswith(BUILDER_GATED_ORIGINS)
+                if not first.startswith(origins):
+                    return False
+                builder = first == CUDA_BUILDER
+                if not builder and not first.startswith(BUILDER_GATED_ORIGINS):
+                    return True
+            elif not builder:
+                builder = rel == CUDA_BUILDER
+            elif k == "candidate":
+                return False          # the CUDA builder, asked by the candidate
+        return builder
 
     def check_write_path(event: str, path: Any) -> None:
         if isinstance(path, int) or path is None:

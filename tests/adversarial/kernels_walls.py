@@ -73,6 +73,16 @@ def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale):
     return _zeros(q)
 '''
 
+CUDA_BUILDER_FROM_PYTHON = ZEROS_TAIL + '''
+from pathlib import Path
+from ksearch.instantiate import cuda
+
+def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale):
+    # ksearch's own CUDA builder, asked by a Python candidate for native code of its choosing
+    cuda.compile_check("__global__ void k() {}", "run", "/bin/true", Path("build").absolute())
+    return _zeros(q)
+'''
+
 EXTENSION_FROM_SCRATCH = ZEROS_TAIL + '''
 import _json, importlib, os, shutil, sys, sysconfig
 

@@ -53,6 +53,7 @@ def _honest_after(ev: Evaluator, workloads, baseline, name: str) -> None:
     ("POSIXSUBPROCESS_SHELL", "afresh"),
     ("NUMPY_CTYPESLIB", "the candidate wrote this file itself"),
     ("CPP_EXTENSION_AT_RUN_TIME", "may only be started by the toolchain"),
+    ("CUDA_BUILDER_FROM_PYTHON", "may only be started by the toolchain"),
     ("EXTENSION_FROM_SCRATCH", "the candidate wrote this file itself"),
     ("PATH_MAX_ESCAPE", "cannot be resolved"),
     ("REWRITES_TASK", "the task's files"),
