@@ -67,7 +67,9 @@ an unprivileged uid, Landlock, seccomp; and the process boundary: the judge in a
 - a symlink swapped inside the scratch directory between the hook's check and the open;
 - writes to file descriptors that are already open (fd 1 and 2, the connection), and os.write;
 - a library helper that both writes and loads native code for its caller (triton's own C build), steered
-  by the candidate: the walls contain what that code does.
+  by the candidate: the walls contain what that code does;
+- the unaudited originals behind the wrappers (`_wrap_unaudited`) stay reachable from Python (a wrapper's
+  closure): what they start runs inside the same walls.
 """
 
 from __future__ import annotations
