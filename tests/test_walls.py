@@ -234,3 +234,20 @@ def test_a_shell_started_without_an_audit_event_writes_nothing_outside(server, t
     finally:
         if os.path.exists(mark):
             os.unlink(mark)
+
+
+def honest_io(conn, payload) -> None:
+    import tempfile
+
+    with open("/dev/stdout", "w") as f:           # reopened through /proc/self/fd: the pipe is the child's
+        f.write("through /dev/stdout\n")
+    with tempfile.NamedTemporaryFile("w", delete=False) as f:
+        f.write("t")
+    conn.send((f.name.startswith(os.getcwd()), os.path.expanduser("~").startswith(os.getcwd())))
+
+
+def test_what_honest_code_does_still_works(server, tmp_path):
+    child = server.spawn("tests.test_walls:honest_io", None, tmp_path / "scratch")
+    assert child.conn.poll(120), child.output()[0][-3000:]
+    assert child.conn.recv() == (True, True)
+    assert child.wait(30) == 0 and "through /dev/stdout" in child.output()[0]

@@ -276,6 +276,17 @@ def _copy_seeds(child: ChildWalls, fds: list[tuple[str, int]], uid: int, gid: in
         os.close(fd)
 
 
+def _give_output_pipes(uid: int, gid: int) -> None:
+    """The child's own output pipe (fd 1 and 2) belongs to its uid, so /dev/stdout and /dev/stderr (reopened
+    through /proc/self/fd) still work after the switch. Only pipes: fd 0 is the host's /dev/null."""
+    for fd in (1, 2):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.fchown(fd, uid, gid)
+        except OSError:
+            pass
+
+
 def _drop_to(uid: int, gid: int) -> None:
     """Empty the bounding set while we may, then become uid/gid (which clears every capability)."""
     try:
@@ -305,6 +316,7 @@ def apply(plan: WallsPlan, child: ChildWalls) -> list[str]:
         os.chown(child.scratch, target_uid, target_gid)
     _copy_seeds(child, seed_fds, target_uid, target_gid)
     if plan.uid is not None:
+        _give_output_pipes(plan.uid, plan.gid if plan.gid is not None else plan.uid)
         _drop_to(plan.uid, plan.gid if plan.gid is not None else plan.uid)
         done.append("uid")
     elif plan.drop_caps:
