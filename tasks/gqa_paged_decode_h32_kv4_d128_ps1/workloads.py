@@ -3,10 +3,10 @@
 Sets:
 - `tiny` (CPU, what a CPU search selects on): a short sequence, one sequence longer than any tile of the
   catalog (BLOCK_N <= 128; 320 tokens is more than 2 such tiles, so a kernel that stops after its first
-  tile or its first 128 tokens fails), and a ragged batch of six with one long sequence (300 tokens: at
+  tile or its first 128 tokens fails), and a ragged batch of five with one long sequence (300 tokens: at
   split_kv's default split count of 3 each split still spans two 64-token tiles), short ones and an empty
-  one (kv_len 0: output 0 and lse -inf, which the reference and the checker accept); six sequences, so a
-  kernel that handles only the first few of a batch fails. Sizes are kept small because the
+  one (kv_len 0: output 0 and lse -inf, which the reference and the checker accept); five sequences, so a
+  kernel that handles only the first three of a batch fails. Sizes are kept small because the
   Triton interpreter pays per program: split_kv's combine step alone runs batch x 32 programs.
 - `feedback` (GPU, what a GPU search selects on): K-Search's five shapes.
 - `full`: the dataset's 48 axes.
@@ -87,7 +87,7 @@ def workload_sets() -> dict[str, list[Workload]]:
     tiny = [
         _workload("tiny_b1_l7", 1, 7, 16),
         _lens("tiny_b1_l320", [320]),
-        _lens("tiny_ragged_b6_l300", [300, 0, 17, 6, 41, 1]),
+        _lens("tiny_ragged_b5_l300", [300, 0, 17, 41, 6]),
     ]
     validate_cpu = [
         _lens("vcpu_ragged_b5_l301", [5, 301, 0, 12, 3]),
