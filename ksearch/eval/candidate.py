@@ -48,8 +48,6 @@ from ksearch.eval.channel import CandidateChannel
 from ksearch.eval.memory import scrub
 from ksearch.eval.rules import normalize_outputs
 
-REFUSED_PREFIX = "ksearch-audit: refused"
-
 
 class _Kernel:
     """The candidate's entry point and the state of the current workload."""
@@ -142,28 +140,8 @@ def _setup(payload: dict[str, Any]) -> _Kernel:
     faulthandler.enable(all_threads=True)   # a segfault prints the Python stack to the captured stderr
     if payload.get("sandbox", True):
         from ksearch.eval import audit
-        _close_task_files(task.dir)
-        audit.install(payload["scratch"])
+        audit.install(payload["scratch"], hidden=(task.dir,))    # the task's files: refused, fatally
     return k
-
-
-def _close_task_files(task_dir: Path) -> None:
-    """From here on nothing in this process opens the task's folder (its reference, its baselines)."""
-    root = os.path.realpath(task_dir)
-
-    def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
-            path = os.fsdecode(args[0])
-            real = os.path.realpath(path)
-            if real == root or real.startswith(root + os.sep):
-                message = f"{REFUSED_PREFIX} reading the task's files: {path}"
-                try:
-                    os.write(2, (message + "\n").encode())
-                except OSError:
-                    pass
-                raise PermissionError(message)
-
-    sys.addaudithook(hook)
 
 
 def _load(k: _Kernel) -> dict[str, Any]:

@@ -190,7 +190,7 @@ class Judge:
             waiting = c.child.conn.poll(0)
         except (EOFError, OSError):
             c.died = True
-            raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
+            raise self._died(c) from None
         if waiting:
             raise CandidateGone(INCORRECT_TAMPERING, UNASKED)
 
@@ -202,7 +202,7 @@ class Judge:
                                          f"candidate's process and everything it started were killed") from None
         except (EOFError, OSError, BrokenPipeError):
             c.died = True
-            raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
+            raise self._died(c) from None
         except wire.WireError as e:
             raise CandidateGone(INCORRECT_TAMPERING, f"the candidate's process sent a malformed reply: {e}") from None
 
@@ -214,7 +214,7 @@ class Judge:
             c.child.conn.send(req)
         except (EOFError, OSError, BrokenPipeError):
             c.died = True
-            raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
+            raise self._died(c) from None
         header, values = self._receive(c)
         return header, values, (time.perf_counter() - t0) * 1e3
 
@@ -231,7 +231,7 @@ class Judge:
                 shared.hand_over(c.sock)
             except (EOFError, OSError, BrokenPipeError):
                 c.died = True
-                raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
+                raise self._died(c) from None
             header, _ = self._receive(c)
             outs = shared.take_outputs()
             return header, outs, (time.perf_counter() - t0) * 1e3
@@ -254,6 +254,13 @@ class Judge:
             groups.append(pid)
         _signal_groups(groups, signal.SIGSTOP)
         return groups
+
+    def _died(self, c: _Cand) -> CandidateGone:
+        """The candidate's process is gone: a refusal of the sandbox (which ends it) is tampering."""
+        refusal = getattr(c.child, "refusal", lambda: None)()
+        if refusal:
+            return CandidateGone(INCORRECT_TAMPERING, f"the sandbox refused: {refusal}")
+        return CandidateGone(RUNTIME_ERROR, "the candidate's process died")
 
     def expect_ok(self, c: _Cand, header: dict[str, Any], workload: str | None) -> bool:
         if header.get("ok") is True and not header.get("status"):
@@ -335,7 +342,7 @@ class Judge:
             raise CandidateGone(TIMEOUT, f"no answer within eval.timeout_s={self.job.timeout_s:g}s") from None
         except (EOFError, OSError):
             c.died = True
-            raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
+            raise self._died(c) from None
         except wire.WireError as e:
             raise CandidateGone(INCORRECT_TAMPERING, f"malformed reply: {e}") from None
         return header, values, (time.perf_counter() - t0) * 1e3
@@ -396,6 +403,16 @@ class Judge:
 
     def output_bytes(self, w: Workload) -> int:
         return self._bytes(self.task.definition.outputs, w)
+
+    def reply_budget(self, w: Workload) -> int | None:
+        """The most tensor bytes one reply may carry on `w`: every output of every timing set (None: unsized)."""
+        axes = {**self.task.definition.const_axes(), **w.axes}
+        try:
+            for spec in self.task.definition.outputs:
+                spec.concrete_shape(axes) if not spec.is_scalar else None
+        except (KeyError, ValueError, AttributeError):
+            return None
+        return self.output_bytes(w) * max(1, self.timing_sets(w))
 
     # ---- GPU timing ---------------------------------------------------------------------------------------
     def trusted(self, w: Workload) -> TrustedCosts:
@@ -653,6 +670,7 @@ class Judge:
                 for c in alive:
                     c.row(w.name)
                     c.prev_outputs = None
+                    wire.limit_replies(c.child.conn, self.reply_budget(w))
                 check_ms: dict[str, list[float]] = {c.sid: [] for c in alive}
                 for t in range(self.job.check_trials):
                     k = t % len(alive)
