@@ -251,3 +251,25 @@ def test_what_honest_code_does_still_works(server, tmp_path):
     assert child.conn.poll(120), child.output()[0][-3000:]
     assert child.conn.recv() == (True, True)
     assert child.wait(30) == 0 and "through /dev/stdout" in child.output()[0]
+
+
+def test_a_wall_that_stops_cuda_is_left_out_and_said(monkeypatch):
+    """On the H200 the first walls failed every candidate (cudaGetDeviceCount error 304): the probe now
+    checks CUDA inside the walls and drops what stops it, naming it in the plan's notes."""
+    from ksearch.eval import walls
+
+    tried = []
+
+    def fake_try(plan, new_pid_ns):
+        tried.append(plan)
+        if plan.landlock_abi:
+            return False, f"{walls.CUDA_PREFIX}: RuntimeError: error 304"
+        return True, ""
+
+    monkeypatch.setattr(walls, "_try", fake_try)
+    monkeypatch.setattr(walls.landlock, "abi_version", lambda: 5)
+    monkeypatch.setattr(walls.seccomp, "supported", lambda: True)
+    plan = walls.probe(False, False)
+    assert plan.landlock_abi == 0 and plan.seccomp
+    assert any(n.startswith("Landlock left out: " + walls.CUDA_PREFIX) for n in plan.notes), plan.notes
+    assert "Landlock" not in plan.describe().split(" [")[0] and "seccomp filter" in plan.describe()

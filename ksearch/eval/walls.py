@@ -444,7 +444,44 @@ def _check(plan: WallsPlan, root: str, scratch: str, hidden: str) -> str:
     bad = _readable_as(plan.needed) if plan.uid is not None else []
     if bad:
         return f"uid {plan.uid} cannot read {', '.join(bad[:3])}"
+    return _cuda_problem()
+
+
+CUDA_PREFIX = "CUDA does not start inside these walls"
+
+
+def _cuda_problem() -> str:
+    """On a machine with NVIDIA devices: can a walled child start CUDA and run a kernel? ("" when it can.)
+
+    Asked in the probe child only: the fork server must never initialise CUDA itself (its children would
+    inherit a driver state they cannot use). On the H200 a first version of the walls passed every other
+    check and then failed every candidate with cudaGetDeviceCount error 304."""
+    if not _gpu_devices():
+        return ""
+    try:
+        import torch
+
+        torch.cuda.init()
+        x = torch.ones(4, device="cuda")
+        if float((x + 1).sum().item()) != 8.0:
+            return f"{CUDA_PREFIX}: a kernel gave a wrong result"
+    except Exception as e:  # noqa: BLE001 - any failure means these walls are too tight for CUDA
+        return f"{CUDA_PREFIX}: {type(e).__name__}: {str(e)[:300]}"
     return ""
+
+
+def _looser(plan: WallsPlan) -> list[tuple[WallsPlan, str]]:
+    """What to drop, one wall at a time and then together, when CUDA does not start under `plan`."""
+    out: list[tuple[WallsPlan, str]] = []
+    if plan.landlock_abi:
+        out.append((replace(plan, landlock_abi=0), "Landlock"))
+    if plan.seccomp:
+        out.append((replace(plan, seccomp=False), "the seccomp filter"))
+    if plan.landlock_abi and plan.seccomp:
+        out.append((replace(plan, landlock_abi=0, seccomp=False), "Landlock and the seccomp filter"))
+    if plan.private_proc:
+        out.append((replace(plan, private_proc=False), "the private /proc"))
+    return out
 
 
 def probe(namespaces: bool, private_proc: bool, *, want_uid: bool = True, scratch_bytes: int = SCRATCH_BYTES,
@@ -471,8 +508,16 @@ def probe(namespaces: bool, private_proc: bool, *, want_uid: bool = True, scratc
         candidates.append((replace(base, mount="userns"), False))
     candidates.append((base, namespaces))
     last_why = ""
-    for plan, new_pid_ns in candidates:
+    for first, new_pid_ns in candidates:
+        plan = first
         ok, why = _try(plan, new_pid_ns)
+        if not ok and why.startswith(CUDA_PREFIX):
+            for looser, dropped in _looser(first):
+                ok, _ = _try(looser, new_pid_ns)
+                if ok:
+                    plan = looser
+                    notes.append(f"{dropped} left out: {why}")
+                    break
         if ok:
             if plan.mount == "root" and plan.uid is None and root and want_uid and last_why:
                 notes.append(f"the candidate keeps uid 0 without capabilities ({last_why})")
