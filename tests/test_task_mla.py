@@ -246,8 +246,9 @@ def test_decode_workload_sets():
               for b in (16, 64)}
     assert totals[16][0] == 457 and totals[16][-1] == 17257
     assert totals[64][0] == 9945 and totals[64][-1] == 75145
-    names = [w.name for s in sets.values() for w in s]
+    names = [w.name for n, s in sets.items() if n != "validate" for w in s]    # the gate is a subset of space
     assert len(names) == len(set(names))
+    assert {w.name for w in sets["validate"]} < {w.name for w in sets["space"]}
     for name, ws in sets.items():
         for w in ws:
             ax, lens = w.axes, w.params["kv_lens"]
@@ -271,8 +272,9 @@ def test_prefill_workload_sets():
     assert {(1, 1, 34), (22, 22, 17759), (8987, 56, 14390), (16384, 1, 16387)} <= full
     fb = {(w.axes["total_q"], w.axes["len_indptr"] - 1, w.axes["num_kv_indices"]) for w in sets["feedback"]}
     assert fb <= full
-    names = [w.name for s in sets.values() for w in s]
+    names = [w.name for n, s in sets.items() if n != "validate" for w in s]    # the gate is a subset of space
     assert len(names) == len(set(names))
+    assert {w.name for w in sets["validate"]} < {w.name for w in sets["space"]}
     for name, ws in sets.items():
         for w in ws:
             ax, q_lens, kv_lens = w.axes, w.params["q_lens"], w.params["kv_lens"]

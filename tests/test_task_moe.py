@@ -257,7 +257,7 @@ def test_defaults_compile_for_sm90(task):
 
 def test_workload_sets(task):
     sets = task.workload_sets()
-    assert set(sets) == {"tiny", "feedback", "full", "validate", "validate_cpu"}
+    assert set(sets) == {"tiny", "feedback", "full", "validate", "space", "validate_cpu"}
     full = sets["full"]
     assert len(full) == 19 and len({w.name for w in full}) == 19
     assert [w.axes["seq_len"] for w in sets["feedback"]] == [1, 7, 14, 16, 32]
