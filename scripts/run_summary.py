@@ -15,14 +15,11 @@ import statistics
 import sys
 from pathlib import Path
 
+from ksearch.store.journal import read_journal
+
 
 def summarize(run: Path) -> tuple[bool, str]:
-    records = []
-    for line in (run / "journal.jsonl").read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue                                  # a torn last line
+    records, _ = read_journal(run / "journal.jsonl")     # a torn last line (a killed run) is dropped
     start = next((r for r in records if r.get("kind") == "run_start"), {})
     task = start.get("task", run.name)
     evals = [r for r in records if r.get("kind") == "evaluation"]
