@@ -265,6 +265,7 @@ def test_cpu_baselines_are_timed_in_enough_long_rounds_within_a_budget(monkeypat
         time.sleep(rng.choice((0.001, 0.004)))
 
     monkeypatch.setattr(B, "CPU_BUDGET_S", 0.3)
+    monkeypatch.setattr(B, "CPU_MAX_ROUNDS", 10_000)       # far beyond the budget: only the budget can stop it
     t0 = time.perf_counter()
     rounds = B.time_subject(never_settles, "cpu", 2, 5, 3)[0]["call_latency"]
     assert B.CPU_MIN_ROUNDS <= len(rounds) < B.CPU_MAX_ROUNDS        # stopped by the time budget
