@@ -69,16 +69,7 @@ TEST_CASES = [
 #: The held-out gate (`validate`): 8 of the test cases with every D, both distributions, both mask settings,
 #: the ragged S = 129 and 200, B = 2 and S up to 1024; a confirmation then costs about one feedback
 #: evaluation (issue 20). `test` keeps all 18.
-VALIDATE_CASES = [
-    (32, 1, 128, False, "normal"),
-    (64, 2, 384, True, "normal"),
-    (128, 2, 128, True, "cauchy"),
-    (129, 1, 384, True, "normal"),
-    (200, 1, 128, False, "normal"),
-    (256, 1, 768, True, "cauchy"),
-    (512, 2, 128, True, "cauchy"),
-    (1024, 1, 768, False, "cauchy"),
-]
+VALIDATE_CASES = [TEST_CASES[i] for i in (0, 3, 5, 6, 7, 8, 12, 16)]
 TINY_CASES = [
     (8, 2, 16, True, "normal"),
     (16, 1, 32, False, "normal"),
