@@ -255,7 +255,7 @@ def test_cpu_baselines_are_timed_in_enough_long_rounds_within_a_budget(monkeypat
         calls.append(time.perf_counter())
         time.sleep(0.0002)
 
-    rounds = B.time_subject(steady, "cpu", 2, 5, 3)[0]["call_latency"]
+    rounds = B.time_subject(steady, "cpu", 2, 3)[0]["call_latency"]
     assert len(rounds) >= B.CPU_MIN_ROUNDS
     round_ms = (calls[-1] - calls[2]) * 1e3 / len(rounds)  # after the two warm-up calls
     assert round_ms >= B.CPU_ROUND_MS * 0.5                # a round spans many calls, not five
@@ -267,7 +267,7 @@ def test_cpu_baselines_are_timed_in_enough_long_rounds_within_a_budget(monkeypat
     monkeypatch.setattr(B, "CPU_BUDGET_S", 0.3)
     monkeypatch.setattr(B, "CPU_MAX_ROUNDS", 10_000)       # far beyond the budget: only the budget can stop it
     t0 = time.perf_counter()
-    rounds = B.time_subject(never_settles, "cpu", 2, 5, 3)[0]["call_latency"]
+    rounds = B.time_subject(never_settles, "cpu", 2, 3)[0]["call_latency"]
     assert B.CPU_MIN_ROUNDS <= len(rounds) < B.CPU_MAX_ROUNDS        # stopped by the time budget
     assert time.perf_counter() - t0 < 0.3 + 0.5
 

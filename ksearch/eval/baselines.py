@@ -49,7 +49,7 @@ class BaselineJob:
     device: str
     run_seed: int = 0
     warmup: int = 10
-    iterations: int = 50
+    iterations: int = 50            # not used: a GPU replay holds ~25 ms of calls (eval.iterations stays a key)
     trials: int = 3
     tasks_root: str | None = None
     variants: list[str] = field(default_factory=list)   # empty: all the task offers
@@ -93,7 +93,7 @@ def _cpu_rounds(fn: Callable[[int], Any], warmup: int, trials: int, floor: float
                          CPU_MAX_ROUNDS, CPU_BUDGET_S)
 
 
-def time_subject(call: Callable[[], Any], device: str, warmup: int, iterations: int, trials: int
+def time_subject(call: Callable[[], Any], device: str, warmup: int, trials: int
                  ) -> tuple[dict[str, list[float]], str]:
     """{"gpu_time": per-round ms, "call_latency": per-round ms} for a trusted zero-argument call, and the
     GPU-time method used."""
@@ -135,8 +135,7 @@ def time_subject(call: Callable[[], Any], device: str, warmup: int, iterations: 
         gpu = _until_steady(lambda: statistics.median(gputime.cupti_times(fn, 1, min(n, 50)) or [float("nan")]),
                             floor, max(3, trials))
     del timer, cap
-    n_eager = max(3, min(n, gputime.iterations_for(GRAPH_TARGET_MS, est)))
-    lat = _until_steady(lambda: gputime.eager_ms(fn, 1, n_eager, device, 1)[0], floor, max(3, trials))
+    lat = _until_steady(lambda: gputime.eager_ms(fn, 1, n, device, 1)[0], floor, max(3, trials))
     return {"gpu_time": gpu, "call_latency": lat}, method
 
 
@@ -184,7 +183,7 @@ def measure_baselines(job: BaselineJob) -> BaselineTimes:
                                       required_matched_ratio=c.required_matched_ratio, rule=c.rule)
                 if not check.passed:
                     raise RuntimeError(f"disagrees with the reference on {w.name}: {check.message}")
-                got_clocks, methods[name] = time_subject(call, job.device, job.warmup, job.iterations, job.trials)
+                got_clocks, methods[name] = time_subject(call, job.device, job.warmup, job.trials)
                 for clock, rounds in got_clocks.items():
                     clocks.setdefault(name, {}).setdefault(clock, {})[w.name] = rounds
             except Exception as e:
@@ -192,10 +191,10 @@ def measure_baselines(job: BaselineJob) -> BaselineTimes:
         if job.time_reference or not factories:
             fn = task.reference
             if on_gpu:      # a slow PyTorch program on large shapes, for information only (bench)
-                got_clocks, _ = time_subject(lambda: fn(**inputs), job.device, 1, 3, 1)
+                got_clocks, _ = time_subject(lambda: fn(**inputs), job.device, 1, 1)
                 ref_rounds[w.name] = got_clocks.get("gpu_time") or got_clocks["call_latency"]
             else:           # the CPU baseline: cheap next to an interpreted kernel
-                got_clocks, methods["reference"] = time_subject(lambda: fn(**inputs), job.device, 2, 5,
+                got_clocks, methods["reference"] = time_subject(lambda: fn(**inputs), job.device, 2,
                                                                 max(3, job.trials))
                 ref_rounds[w.name] = got_clocks["call_latency"]
         del inputs, ref

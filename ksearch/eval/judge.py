@@ -61,7 +61,7 @@ class EvalJob:
     device: str
     run_seed: int = 0
     warmup: int = 10
-    iterations: int = 50            # GPU: at least this many calls per timing trial
+    iterations: int = 50            # not used: a GPU replay holds ~25 ms of calls (eval.iterations stays a key)
     trials: int = 3
     check_trials: int = 2
     nonce: int | None = None        # seeds the fresh inputs; None draws one at random
