@@ -131,7 +131,7 @@ _VERSION = re.compile(r"-\d+(\.\d+)*$")
 
 
 def normalise_exe(name: str) -> str:
-    """x86_64-linux-gnu-gcc-12 -> gcc; the basename the allow list is written in."""
+    """x86_64-linux-gnu-gcc-12 -> gcc; the basename INTERPRETERS is written in."""
     base = os.path.basename(name)
     return _VERSION.sub("", _TRIPLET.sub("", base))
 
