@@ -53,14 +53,15 @@ step() {
 # The device machine's copy of the tree may carry stale git metadata: SMOKE_COMMIT names the commit tested.
 summary "gpu_smoke at ${SMOKE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')} on $(date -u +%FT%TZ)"
 step env 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv,noheader &&
-  python3 -c "import sys,torch,triton,flashinfer; print(sys.version.split()[0], torch.__version__, triton.__version__, flashinfer.__version__)"'
+  python3 -c "import sys,torch,triton,flashinfer; print(sys.version.split()[0], torch.__version__, triton.__version__, flashinfer.__version__)" &&
+  python3 -c "from ksearch.eval import walls; print(\"walls:\", walls.probe(True, True).describe())"'
 wanted env && sed 's/^/      /' "$LOG/env.log"
 step peaks 120 python3 scripts/peaks_check.py --json "$LOG/peaks.json"
 wanted peaks && sed -n '1,6p' "$LOG/peaks.log" | sed 's/^/      /'
 
-# The judge's own GPU tests first (the sandbox and its clock), then every other -m gpu test.
+# The judge's own GPU tests first (the sandbox and the clock), then every other -m gpu test.
 step pytest ${SMOKE_PYTEST_LIMIT:-170} python3 -m pytest -q -m gpu -p no:cacheprovider \
-  ${SMOKE_PYTEST_PATHS:-tests/adversarial tests/test_forkserver_gpu.py tests}
+  ${SMOKE_PYTEST_PATHS:-tests/adversarial tests/test_walls_gpu.py tests/test_forkserver_gpu.py tests}
 wanted pytest && tail -3 "$LOG/pytest.log" | sed 's/^/      /'
 
 # The searches run one after another (SMOKE_PARALLEL=N runs N at once: faster, but five searches sharing one

@@ -4,7 +4,9 @@ a killed child gives its GPU memory back. Run on a CUDA host:
     PYTHONPATH=$PWD python -m pytest -q -s -m gpu tests/test_forkserver_gpu.py
 
 Prints one line per configuration: spawn -> target, CUDA init, first kernel (Triton compile + launch into a
-fresh per-child cache, or a shared warm one), spawn -> reaped; medians over the children.
+fresh per-child cache, or a copy of a seed cache warmed by the trusted side, as the evaluator does),
+spawn -> reaped; medians over the children. The children run inside the kernel's walls (ksearch.eval.walls);
+the plan is printed.
 """
 
 from __future__ import annotations
@@ -66,18 +68,37 @@ def server():
         yield s
 
 
+def _warm_seed(seed) -> None:
+    """What CandidateSpawner.warm_triton_cache does: compile here (trusted), children get a copy."""
+    import os
+
+    previous = os.environ.get("TRITON_CACHE_DIR")
+    os.environ["TRITON_CACHE_DIR"] = str(seed)
+    try:
+        x = torch.zeros(1000, device="cuda")
+        _add_one[(triton.cdiv(1000, 256),)](x, 1000, BLOCK=256)
+        torch.cuda.synchronize()
+    finally:
+        if previous is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = previous
+
+
 @pytest.mark.parametrize("audited", [False, True], ids=["plain", "audit-hook"])
-@pytest.mark.parametrize("cache", ["fresh", "shared"])
+@pytest.mark.parametrize("cache", ["fresh", "seeded"])
 def test_per_candidate_overhead_with_cuda(server, tmp_path, audited, cache):
-    shared = tmp_path / "shared_triton_cache"
-    shared.mkdir()
+    seed = tmp_path / "seed_triton_cache"
+    seed.mkdir()
+    if cache == "seeded":
+        _warm_seed(seed)
     rows = []
     for i in range(6):
         scratch = tmp_path / f"c{i}"
-        env = {"TRITON_CACHE_DIR": str(shared)} if cache == "shared" else {}
-        policy = AuditPolicy(scratch_dir=str(scratch), writable=(str(shared),)) if audited else None
+        policy = AuditPolicy(scratch_dir=str(scratch)) if audited else None
         t0 = time.perf_counter()
-        child = server.spawn("tests.test_forkserver_gpu:cuda_tiny", None, scratch, audit=policy, env=env)
+        child = server.spawn("tests.test_forkserver_gpu:cuda_tiny", None, scratch, audit=policy,
+                             seeds={"triton": str(seed)} if cache == "seeded" else None)
         assert child.conn.poll(300), child.output()[0][-3000:]
         info = child.conn.recv()
         assert child.wait(60) == 0, child.output()[0][-3000:]
@@ -85,6 +106,7 @@ def test_per_candidate_overhead_with_cuda(server, tmp_path, audited, cache):
         assert child.audit_violations() == []
         rows.append((info["start"] - t0, info["cuda_ms"], info["kernel_ms"], time.perf_counter() - t0))
     med = [statistics.median(r[k] for r in rows[1:]) for k in range(4)]
+    print(f"\nwalls: {server.walls_plan.describe() if server.walls_plan else 'none'}")
     print(f"\nGPU child ({server.isolation}, {'audit hook' if audited else 'no hook'}, {cache} Triton cache): "
           f"spawn->target {med[0] * 1e3:.1f} ms, CUDA init {med[1]:.1f} ms, first kernel {med[2]:.1f} ms, "
           f"spawn->reaped {med[3] * 1e3:.1f} ms (median of 5)")

@@ -115,13 +115,14 @@ def test_namespaced_candidate_has_no_network(tmp_path):
             child = s.spawn("tests.test_reaper:try_network", port, tmp_path)
             assert child.conn.poll(60)
             answer = child.conn.recv()
-        with ForkServer(interpret=True, isolation="subreaper") as s:   # the control: same code, host network
+        with ForkServer(interpret=True, isolation="subreaper", walls=False) as s:   # the control: host network
             child = s.spawn("tests.test_reaper:try_network", port, tmp_path)
             assert child.conn.poll(60)
             control = child.conn.recv()
     finally:
         listener.close()
-    assert answer.startswith("refused") and "unreachable" in answer, answer
+    # the empty network namespace (unreachable), or first the walls' seccomp filter (no AF_INET socket at all)
+    assert answer.startswith("refused") and ("unreachable" in answer or "Permission denied" in answer), answer
     assert control == "connected"
 
 
@@ -154,17 +155,22 @@ def test_kill_tree_and_sweep_helpers():
 
 def capabilities(conn, payload) -> None:
     status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+    conn.send((status["CapEff"].strip(), status["CapBnd"].strip(), status["NoNewPrivs"].strip()))
     try:
-        reaper.unshare(reaper.CLONE_NEWNET)
+        reaper.unshare(reaper.CLONE_NEWNET)       # the walls' seccomp filter kills the process here
         unshare = "allowed"
     except OSError as e:
         unshare = e.strerror
-    conn.send((status["CapEff"].strip(), status["CapBnd"].strip(), status["NoNewPrivs"].strip(), unshare))
+    conn.send(unshare)
 
 
 def test_children_give_up_capabilities(server, tmp_path):
     child = server.spawn("tests.test_reaper:capabilities", None, tmp_path)
     assert child.conn.poll(60), child.output()[0]
-    eff, bnd, nnp, unshare = child.conn.recv()
+    eff, bnd, nnp = child.conn.recv()
     assert int(eff, 16) == 0 and int(bnd, 16) == 0 and nnp == "1", (eff, bnd, nnp)
-    assert "not permitted" in unshare, unshare
+    if server.walls_plan is not None and server.walls_plan.seccomp:
+        assert child.wait(30) == -signal.SIGSYS, child.exit_description()
+    else:
+        assert child.conn.poll(60)
+        assert "not permitted" in child.conn.recv()

@@ -4,23 +4,34 @@
 process before any candidate code is imported; Python code cannot remove an audit hook. From then on the
 hook refuses, by raising PermissionError("ksearch-audit: refused <operation>: <why>"):
 
-- opening another process's /proc/PID entries (its memory, descriptors, environment, namespaces);
+- opening another process's /proc/PID entries (its memory, descriptors, environment, namespaces), and
+  anything in the `hidden` folders (the task's, for reading too);
 - file writes outside the scratch directory (open/os.open for writing, and mkdir, remove, rename, link,
   symlink, chmod, chown, truncate, utime, mknod, sqlite3.connect), and opening a directory outside it as a
   file descriptor (an os.open(..., dir_fd=) trick would otherwise dodge the path check);
 - sockets: any connect, bind, sendto/sendmsg, name lookup, and creating a non-AF_UNIX socket;
 - subprocesses and fork: os.system, os.fork/forkpty, pty.spawn always; subprocess.Popen, os.exec*,
-  os.posix_spawn, os.spawn* are decided by *who asks*, not by the program's name: allowed when the code
-  that starts the process (the first frame outside the standard library) is the toolchain's own
-  (triton, torch.utils.cpp_extension, torch._inductor, ksearch.instantiate.cuda), so whatever those start
-  for compiling or probing works (ptxas, cc, ldconfig, and `file` from platform.architecture() inside
-  triton's cache key); refused when candidate code asks, even for a compiler. Two kinds of program are
+  os.posix_spawn, os.spawn* and _posixsubprocess.fork_exec (which CPython does not audit: the hook wraps it,
+  see `_wrap_unaudited`, and refuses a fresh copy of the module) are decided by *who asks*, not by the
+  program's name: allowed when the code that starts the process (the first frame outside the standard
+  library) is the toolchain's own (triton, torch._inductor, ksearch.instantiate.cuda, and torch's extension
+  builder when ksearch's CUDA builder called it), so whatever those start for compiling or probing works
+  (ptxas, cc, ldconfig, and `file` from platform.architecture() inside triton's cache key); refused when
+  candidate code asks, even for a compiler or through torch's extension builder. Two kinds of program are
   refused whoever asks, because starting them hands control to whatever the candidate wrote: a program
   inside a writable directory (the scratch folder), and a command interpreter (`INTERPRETERS`: shells,
   script runtimes, launchers such as env/xargs), which is what a steered toolchain would be pointed at;
   signals to other processes (os.kill, os.killpg, signal.pthread_kill);
 - ctypes and cffi (dlopen, dlsym, foreign calls, raw memory access) unless the call comes from a library
   (torch, triton, numpy... in site-packages);
+- native code from a file (ctypes.dlopen, and extension modules through _imp.create_dynamic, wrapped): never
+  a file candidate code wrote, and from the scratch folder only for the toolchain (Triton's launcher,
+  ksearch's CUDA builder): numpy.ctypeslib.load_library of a shared object in scratch is refused although a
+  numpy frame asks;
+- named shared memory (_posixshmem.shm_open, wrapped) from candidate code; computing the task's reference
+  (the `ksearch.task_reference` event of Task.reference);
+- paths the hook cannot resolve for certain (a symlinked prefix past PATH_MAX, a loop): existing prefixes
+  are resolved strictly, never by non-strict realpath, which stops resolving at the first error;
 - frame and gc introspection from candidate code: sys._getframe, sys._current_frames,
   sys._current_exceptions, gc.get_objects/get_referrers/get_referents, reading tb_frame, gi_frame,
   cr_frame, ag_frame (the attribute reads CPython audits; f_back, f_globals and f_locals are not audited,
@@ -40,11 +51,13 @@ triton keep working (dataclasses, typing, warnings and triton.jit's inspect.gets
 sys._getframe) while the same calls made by a candidate are refused.
 
 Every refusal is appended to `violations` and written once to fd 2 as one line starting with
-"ksearch-audit: refused", which the fork server collects from the stream (the candidate can clear the
-list, not what it already wrote to the pipe).
+"ksearch-audit: refused", which the fork server collects from the stream, and then (AuditPolicy.fatal, the
+default) ends the process with exit code REFUSED_EXIT: the judge sees that exit code whatever the candidate
+did to fd 2 (closed, or dup2'ed onto /dev/null), and records INCORRECT_TAMPERING. A check that fails in
+the hook itself (an exception while deciding) refuses too.
 
-What this does NOT stop (the process boundary does: a fresh process per candidate, PID/network
-namespaces, the judge in another process):
+What this does NOT stop (the kernel's walls do, ksearch.eval.walls: read-only mounts, tmpfs scratch,
+an unprivileged uid, Landlock, seccomp; and the process boundary: the judge in another process):
 - native code: a CUDA/C++ candidate, or a library loaded by trusted code, runs without any audit; it can
   make any system call (write files anywhere the user may, signal, map memory);
 - C-level hooks that CPython does not audit, e.g. torch._C._dynamo.eval_frame.set_eval_frame (PEP 523)
@@ -53,7 +66,10 @@ namespaces, the judge in another process):
   calls f from a torch frame), or a library function that returns a frame it fetched;
 - a symlink swapped inside the scratch directory between the hook's check and the open;
 - writes to file descriptors that are already open (fd 1 and 2, the connection), and os.write;
-- the hook itself can be starved: a candidate that closes fd 2 stops the report lines, not the refusals.
+- a library helper that both writes and loads native code for its caller (triton's own C build), steered
+  by the candidate: the walls contain what that code does;
+- the unaudited originals behind the wrappers (`_wrap_unaudited`) stay reachable from Python (a wrapper's
+  closure): what they start runs inside the same walls.
 """
 
 from __future__ import annotations
@@ -78,6 +94,18 @@ INTERPRETERS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "csh", "tc
 EXEC_ORIGINS = ("triton/", "torch/utils/cpp_extension.py", "torch/_inductor/", "torch/utils/_cpp_extension",
                 "ksearch/instantiate/cuda.py")
 
+# Origins that count only when ksearch's own CUDA builder called them: a Python candidate that asks torch's
+# extension builder for native code directly is refused.
+BUILDER_GATED_ORIGINS = ("torch/utils/cpp_extension.py", "torch/utils/_cpp_extension")
+CUDA_BUILDER = "ksearch/instantiate/cuda.py"
+# Code that may load native code (a shared object, an extension module) from the scratch folder: Triton's
+# launcher and ksearch's CUDA builder (torch's extension loader when that builder called it).
+NATIVE_ORIGINS = ("triton/", CUDA_BUILDER) + BUILDER_GATED_ORIGINS
+# Extension modules whose functions the hook wraps: a fresh copy of them would dodge the wrapper.
+PROTECTED_MODULES = frozenset({"_posixsubprocess", "_posixshmem", "_imp"})
+# The exit code of a process the hook ended for a refusal (the judge records it as INCORRECT_TAMPERING).
+REFUSED_EXIT = 86
+
 violations: list[str] = []
 
 
@@ -89,15 +117,19 @@ class AuditPolicy:
     candidate_prefixes: tuple[str, ...] = ()     # more places candidate code is loaded from
     writable: tuple[str, ...] = ()               # more directories writes may go to (the scratch dir always)
     exec_origins: tuple[str, ...] = EXEC_ORIGINS
+    fatal: bool = True                           # a refusal ends the process (False: raises PermissionError)
+    hidden: tuple[str, ...] = ()                 # folders the candidate may not even read (the task's)
 
 
 _installed = False
 
 
 def install(scratch_dir: str | os.PathLike[str], candidate_prefixes: list[str] | tuple[str, ...] = (),
-            writable: list[str] | tuple[str, ...] = ()) -> None:
+            writable: list[str] | tuple[str, ...] = (), fatal: bool = True,
+            hidden: list[str] | tuple[str, ...] = ()) -> None:
     """Install the hook for this process (once; a second call raises RuntimeError)."""
-    install_policy(AuditPolicy(os.fspath(scratch_dir), tuple(candidate_prefixes), tuple(writable)))
+    install_policy(AuditPolicy(os.fspath(scratch_dir), tuple(candidate_prefixes), tuple(writable), fatal=fatal,
+                               hidden=tuple(os.fspath(h) for h in hidden)))
 
 
 def preload_for_hook() -> None:
@@ -114,7 +146,79 @@ def install_policy(policy: AuditPolicy) -> None:
     if _installed:
         raise RuntimeError("the ksearch audit hook is already installed in this process")
     _installed = True
-    sys.addaudithook(_make_hook(policy))
+    hook, skipped = _make_hook(policy)
+    _wrap_unaudited(skipped)            # first: importing what it wraps must not meet the hook
+    sys.addaudithook(hook)
+
+
+def _wrap_unaudited(skipped: set[Any]) -> None:
+    """Give an audit event to the ways of starting processes, loading native code and making shared memory
+    that CPython does not audit: _posixsubprocess.fork_exec (multiprocessing.util.spawnv_passfds, and
+    subprocess's own binding), _imp.create_dynamic (an extension module from any file) and
+    _posixshmem.shm_open. The wrappers' own frames are skipped when the hook asks who called."""
+    import _imp
+    import _posixsubprocess
+    import subprocess
+
+    fork_exec, create_dynamic = _posixsubprocess.fork_exec, _imp.create_dynamic
+    audit = sys.audit
+
+    def audited_fork_exec(*args: Any) -> Any:
+        exe = args[1][0] if len(args) > 1 and args[1] else (args[0][0] if args and args[0] else None)
+        audit("ksearch.fork_exec", exe)
+        return fork_exec(*args)
+
+    def audited_create_dynamic(spec: Any, *rest: Any) -> Any:
+        audit("ksearch.load_native", getattr(spec, "name", None), getattr(spec, "origin", None))
+        return create_dynamic(spec, *rest)
+
+    skipped.update({audited_fork_exec.__code__, audited_create_dynamic.__code__})
+    _posixsubprocess.fork_exec = audited_fork_exec
+    subprocess._fork_exec = audited_fork_exec          # type: ignore[attr-defined]
+    _imp.create_dynamic = audited_create_dynamic
+    try:
+        import _posixshmem
+    except ImportError:
+        _posixshmem = None
+    if _posixshmem is not None:
+        shm_open = _posixshmem.shm_open
+
+        def audited_shm_open(path: Any, *rest: Any, **kw: Any) -> Any:
+            audit("ksearch.shm_open", path)
+            return shm_open(path, *rest, **kw)
+
+        _posixshmem.shm_open = audited_shm_open
+        skipped.add(audited_shm_open.__code__)
+
+
+class UnresolvablePath(OSError):
+    """A path the hook cannot resolve for certain (too long, a symlink loop): refused, never guessed."""
+
+
+def _resolve(path: str) -> str:
+    """The real path the kernel would open, or UnresolvablePath.
+
+    Non-strict os.path.realpath stops resolving at the first error (a symlinked prefix past PATH_MAX) and
+    returns the rest unresolved, so a path could look inside the scratch folder and open a file outside it.
+    Here existing prefixes resolve strictly, a missing tail is taken as written (no '..' in it), and any
+    other error is refused."""
+    p = os.path.abspath(path)
+    tail: list[str] = []
+    while True:
+        try:
+            real = os.path.realpath(p, strict=True)
+            break
+        except FileNotFoundError:
+            head, name = os.path.split(p)
+            if head == p or name in ("", ".", ".."):
+                raise UnresolvablePath(path) from None
+            tail.append(name)
+            p = head
+        except (OSError, RuntimeError, ValueError) as e:
+            raise UnresolvablePath(f"{path}: {e}") from None
+    for name in reversed(tail):
+        real = os.path.join(real, name)
+    return real.rstrip(os.sep) or os.sep
 
 
 def _real(path: str) -> str:
@@ -141,7 +245,7 @@ def _unversioned(path: str) -> str:
     return re.sub(r"[\d.]+$", "", normalise_exe(path)) or normalise_exe(path)
 
 
-def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps its state out of reach)
+def _make_hook(policy: AuditPolicy) -> tuple[Any, set[Any]]:  # noqa: C901  (one closure keeps its state out of reach)
     import shutil
     import socket as socket_module
     import sysconfig
@@ -152,6 +256,7 @@ def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps it
     scratch = _real(policy.scratch_dir)
     writable = tuple({scratch, *(_real(p) for p in policy.writable)})
     candidate_roots = tuple({scratch, *(_real(p) for p in policy.candidate_prefixes)})
+    hidden = tuple({_real(p) for p in policy.hidden})
     paths = sysconfig.get_paths()
     stdlib = tuple({_real(paths["stdlib"])})
     site_set = {_real(paths[k]) for k in ("purelib", "platlib")} | {_real(p) for p in sys.path
@@ -172,6 +277,10 @@ def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps it
                          "cProfile.py", "threading.py", "doctest.py"}
     kinds: dict[str, str] = {}
     hook_code: list[Any] = []
+    skipped: set[Any] = set()            # the wrappers' code (_wrap_unaudited): not who asks
+    written: set[str] = set()            # files candidate code wrote (or moved) in the scratch folder
+    fatal = policy.fatal
+    exit_now = os._exit
     busy: set[int] = set()
     reported: set[str] = set()
     get_ident = threading.get_ident
@@ -232,7 +341,8 @@ def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps it
             f = f.f_back
         f = f.f_back if f is not None else None
         while f is not None:
-            yield f
+            if f.f_code not in skipped:
+                yield f
             f = f.f_back
 
     def introspection_origin() -> str:
@@ -274,7 +384,44 @@ def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps it
                 err_write(2, (message + "\n").encode("utf-8", "replace"))
             except OSError:
                 pass
+        if fatal:                 # the judge sees the exit code even if fd 2 was silenced
+            exit_now(REFUSED_EXIT)
         raise PermissionError(message)
+
+    def resolve(path: Any, what: str) -> str:
+        try:
+            return _resolve(os.fsdecode(path))
+        except UnresolvablePath as e:
+            refuse(f"{what} {os.fsdecode(path)[:200]!r}", f"the path cannot be resolved for certain ({e.strerror or e})")
+            raise
+
+    def builder_origin(origins: tuple[str, ...]) -> bool:
+        """Is the code asking (first frame outside the standard library) one of `origins`? ksearch's CUDA
+        builder counts only when the harness called it (no candidate frame above it: a Python candidate that
+        calls the builder on a source of its own gets no native code), and torch's extension builder only
+        when ksearch's CUDA builder called it."""
+        first = ""
+        builder = False
+        for f in caller_frames():
+            fn = f.f_code.co_filename
+            k = kind_of(fn)
+            if k == "stdlib":
+                continue
+            rel = rel_to_site(fn) if k in ("library", "harness") else ""
+            if not first:
+                if k not in ("library", "harness"):
+                    return False
+                first = rel
+                if not first.startswith(origins):
+                    return False
+                builder = first == CUDA_BUILDER
+                if not builder and not first.startswith(BUILDER_GATED_ORIGINS):
+                    return True
+            elif not builder:
+                builder = rel == CUDA_BUILDER
+            elif k == "candidate":
+                return False          # the CUDA builder, asked by the candidate
+        return builder
 
     def check_write_path(event: str, path: Any) -> None:
         if isinstance(path, int) or path is None:
@@ -282,8 +429,12 @@ def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps it
         p = os.fsdecode(path) if isinstance(path, (str, bytes)) else None
         if p is None:
             refuse(event, f"a path of type {type(path).__name__} (only str and bytes paths may be written)")
-        real = _real(p)
-        if real == "/dev/null" or _under(real, writable):
+        real = resolve(p, event)
+        if real == "/dev/null":
+            return
+        if _under(real, writable):
+            if capability_origin()[0] == "candidate":
+                written.add(real)
             return
         refuse(f"{event} {p!r}", f"writing outside the scratch directory {scratch}")
 
@@ -292,7 +443,9 @@ def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps it
         if isinstance(path, int) or path is None:
             return
         if isinstance(path, (str, bytes)):
-            real = _real(os.fsdecode(path))
+            real = resolve(path, "opening")
+            if hidden and _under(real, hidden):
+                refuse(f"reading the task's files: {os.fsdecode(path)[:200]!r}", "they belong to the judge")
             m = _PROC_PID.match(real)
             if m and m.group(1) != own_pid:
                 refuse(f"opening {os.fsdecode(path)!r}", "other processes' /proc entries (memory, descriptors, "
@@ -304,7 +457,7 @@ def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps it
             return
         if mode is None:      # os.open: a directory fd outside scratch would let dir_fd= dodge the check
             p = os.fsdecode(path) if isinstance(path, (str, bytes)) else ""
-            real = _real(p) if p else ""
+            real = resolve(p, "os.open") if p else ""
             if real and os.path.isdir(real) and not _under(real, writable):
                 refuse(f"os.open of the directory {p!r}", "directory descriptors outside the scratch directory "
                                                           "would allow writing through dir_fd")
@@ -317,22 +470,52 @@ def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps it
             exe = args[0]
         elif event == "os.spawn":
             exe = args[1]
+        elif event == "ksearch.fork_exec":
+            exe = args[0]
         name = os.fsdecode(exe) if isinstance(exe, (str, bytes)) else str(exe)
         what = f"starting a process ({event} {name!r})"
-        kind, fn = capability_origin()
-        if kind not in ("library", "harness") or not rel_to_site(fn).startswith(exec_origins):
-            refuse(what, "processes may only be started by the toolchain's own code (triton, torch's extension "
-                         "builder), not by the candidate")
+        if not builder_origin(exec_origins):
+            refuse(what, "processes may only be started by the toolchain's own code (triton; torch's extension "
+                         "builder when ksearch's CUDA builder runs it), not by the candidate")
         resolved = shutil.which(name) if os.sep not in name else name
-        real = _real(resolved) if resolved else ""
+        real = resolve(resolved, what) if resolved else ""
         if real and _under(real, writable):
             refuse(what, "a program inside the scratch directory is the candidate's, whoever starts it")
         if {_unversioned(real or name), _unversioned(name)} & INTERPRETERS:
             refuse(what, "command interpreters run whatever they are handed; the toolchain never needs one")
 
+    def on_native(event: str, path: Any) -> None:
+        """Native code from a file: never one the candidate wrote; from the scratch folder only for the toolchain."""
+        if not isinstance(path, (str, bytes)) or os.sep not in os.fsdecode(path):
+            return                # a library found on the loader's own path, or none (the process itself)
+        real = resolve(path, event)
+        what = f"loading native code ({event} {os.fsdecode(path)!r})"
+        if real in written:
+            refuse(what, "the candidate wrote this file itself")
+        if _under(real, writable) and not builder_origin(NATIVE_ORIGINS):
+            refuse(what, "native code from the scratch folder is loaded only by the toolchain (Triton's launcher, "
+                         "ksearch's CUDA builder), not for the candidate by a library it calls")
+
     def on_event(event: str, args: tuple[Any, ...]) -> None:
         if event == "open":
             on_open(args)
+        elif event == "import":
+            if args and args[0] in PROTECTED_MODULES:
+                refuse(f"importing {args[0]} afresh", "a second copy of a module the sandbox watches")
+        elif event == "ksearch.load_native":
+            if len(args) > 0 and args[0] in PROTECTED_MODULES:
+                refuse(f"creating the module {args[0]} afresh", "a second copy of a module the sandbox watches")
+            on_native(event, args[1] if len(args) > 1 else None)
+        elif event == "ctypes.dlopen":
+            on_native(event, args[0] if args else None)
+            if capability_origin()[0] != "library":
+                refuse(event, "ctypes/cffi are not available to candidates")
+        elif event == "ksearch.task_reference":
+            refuse("computing the task's reference", "the reference belongs to the judge, not the candidate's process")
+        elif event == "ksearch.shm_open":
+            if capability_origin()[0] == "candidate":
+                refuse(f"creating shared memory {args[0] if args else ''!r}", "candidates have no named shared "
+                       "memory (it would outlive them, or reach another process)")
         elif event in ("os.chmod", "os.chown") and args and isinstance(args[0], int):
             refuse(event, "changing a file through a descriptor")
         elif event in _PATH_EVENTS:
@@ -352,7 +535,7 @@ def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps it
             refuse(event, "candidates may not start processes")
         elif event in ("os.kill", "os.killpg", "signal.pthread_kill"):
             refuse(event, "candidates may not send signals")
-        elif event in ("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn"):
+        elif event in ("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "ksearch.fork_exec"):
             on_exec(event, args)
         elif event.startswith(("ctypes.", "cffi.")):
             kind, _ = capability_origin()
@@ -387,11 +570,21 @@ def _make_hook(policy: AuditPolicy) -> Any:  # noqa: C901  (one closure keeps it
         busy.add(me)
         try:
             on_event(event, args)
+        except PermissionError:
+            raise
+        except BaseException as e:  # noqa: BLE001 - the check itself failed: refuse rather than let it pass
+            if fatal:
+                try:
+                    err_write(2, f"{PREFIX} {event}: the sandbox could not check it ({type(e).__name__})\n".encode())
+                finally:
+                    exit_now(REFUSED_EXIT)
+            raise PermissionError(f"{PREFIX} {event}: the sandbox could not check it ({type(e).__name__}: {e})") \
+                from None
         finally:
             busy.discard(me)
 
     hook_code.append(hook.__code__)
-    return hook
+    return hook, skipped
 
 
 # event -> indices of its path arguments that must stay inside the writable roots
@@ -416,4 +609,6 @@ _FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 _WATCHED = frozenset({"open", "sqlite3.connect", "socket.__new__", "os.system", "os.fork", "os.forkpty", "pty.spawn",
                       "os.kill", "os.killpg", "signal.pthread_kill", "subprocess.Popen", "os.exec", "os.posix_spawn",
                       "os.spawn", "object.__getattr__", "object.__setattr__", "compile", "code.__new__",
-                      "marshal.loads"}) | _SOCKET_EVENTS | _INTROSPECTION | frozenset(_PATH_EVENTS)
+                      "marshal.loads", "import", "ksearch.fork_exec", "ksearch.load_native", "ksearch.shm_open",
+                      "ksearch.task_reference"}) \
+    | _SOCKET_EVENTS | _INTROSPECTION | frozenset(_PATH_EVENTS)

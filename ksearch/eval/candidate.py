@@ -1,43 +1,52 @@
 """The candidate's side of a judgement: the only process in which candidate code ever runs.
 
-Forked per candidate from the fork server (ksearch.eval.forkserver), it answers the judge's requests:
-build inputs from a seed, call the kernel, hand the outputs back, and run the timing graphs while the judge
-holds the clock. Nothing here decides anything: there is no reference, no tolerance, no verdict and no
-clock that counts in this process. What it sends back is JSON plus raw tensor bytes (ksearch.eval.wire);
-the judge parses it defensively.
+Forked per candidate from the fork server (ksearch.eval.forkserver), it answers the judge's requests: call
+the kernel on inputs the judge reveals, put the outputs where the judge reads them, and run the timing
+graphs while the judge holds the clock. Nothing here decides anything: there is no reference, no tolerance,
+no verdict and no clock that counts in this process. What it sends back is JSON plus raw tensor bytes
+(ksearch.eval.wire); the judge parses it defensively and trusts none of it but a failure.
 
-The diagnostics it adds (an input changed during the call, outputs still changing after the call returned,
-outputs remembered or written by a later call, an output buffer reused across calls) can only ever fail
-the candidate: a kernel that disables them gains nothing, because the judge checks every output it receives
-against its own reference on its own inputs.
+Inputs arrive only with a timed request: on a CPU as memory the judge shares at that moment (a memfd, see
+ksearch.eval.exchange), on a GPU as the seeds of fresh input sets the harness generates inside the window.
+Outputs go into the shared output slots, which the judge filled with NaN and copies out when the reply
+arrives: the judge's clock runs from sending the request to holding that copy.
 
-Requests (pickled dicts from the judge; each gets exactly one reply):
-  prepare {workload, seed}        build one input set (untimed) -> {}
-  call {}                         call the kernel on it -> outputs + diagnostics (the judge clocks this)
-  pool {workload, seeds, warmup}  build P timing input sets, warm up on each -> {est_ms}
-  capture {n}                     CUDA graphs of n x [flush, call] and n x [flush] -> {ok, error}
-  replay {which}                  replay one graph and synchronise (the judge clocks this) -> {event_ms}
-  eager {n}                       n eager calls over the pool, one synchronisation (clocked) -> {}
-  cupti {n}                       the fallback timer -> {spans_ms}
-  pool_outputs {source}           the last outputs of every pool set (from the graph or the eager loop)
+The serve loop, its request table and the functions it calls are bound in `main` before the candidate's
+module is imported (`_Server`, ksearch.eval.channel): a candidate that replaces module attributes, the
+connection's methods or torch's later changes nothing the harness calls. That protects honest kernels from
+accidents; the guarantee against dishonest ones is the judge's (frames nobody asked for fail the candidate,
+and only verified outputs count).
+
+The diagnostics it adds after a call (`inspect`, outside the clock: outputs still changing after the call
+returned, outputs written by a later call, an output buffer reused across calls, on a GPU an input changed)
+can only ever fail the candidate.
+
+Requests (pickled dicts from the judge; each gets exactly one reply; `shared`: a memfd follows the request):
+  ready {output_bytes}            scrub freed memory so unwritten output elements read as NaN -> {}
+  call {layout, shared[, workload, seed]}   call the kernel once (the judge clocks it) -> {}
+  inspect {}                      diagnostics of the last call -> {status?, message?}
+  pool {workload, seeds, warmup}  (GPU) build P timing input sets (values never used), warm up -> {est_ms}
+  capture {n}                     (GPU) CUDA graphs of n x [flush, call] and n x [flush] -> {ok, kernels}
+  window {mode, seeds, n, layout, shared}   (GPU) fresh values into the P sets, then n calls as `mode`
+                                  (graph | eager | eager_sync), then the P last outputs into the slots -> {}
   stop {}
 """
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from ksearch.eval import wire
-
-REFUSED_PREFIX = "ksearch-audit: refused"
+from ksearch.eval import exchange, gputime
+from ksearch.eval.channel import CandidateChannel
+from ksearch.eval.memory import scrub
+from ksearch.eval.rules import normalize_outputs
 
 
 class _Kernel:
@@ -50,26 +59,20 @@ class _Kernel:
         self.fn: Any = None
         self.task: Any = None
         self.names: list[str] = []
-        self.inputs: list[Any] = []
-        self.pristine: list[Any] = []
-        self.prev: tuple[list[Any], list[Any]] | None = None     # last call's outputs and their snapshot
+        self.input_names: list[str] = []
         self.pool: list[list[Any]] = []
+        self.workload: Any = None
         self.timer: Any = None
-        self.eager_last: dict[int, Any] = {}
-
-
-def _plain(outs: list[Any]) -> None:
-    for o in outs:
-        if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor:    # noqa: E721
-            raise TypeError(f"an output is a {type(o).__name__}, a torch.Tensor subclass; return plain tensors")
-        if isinstance(o, torch.Tensor) and o.is_meta:
-            raise TypeError("an output is a meta tensor, which holds no values; return computed tensors")
+        self.last: dict[str, Any] | None = None                  # the last call: outputs, slots, inputs
+        self.prev: tuple[list[Any], list[Any]] | None = None     # the call before: outputs and their copy
 
 
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.shape != b.shape or a.dtype != b.dtype:
             return False
+        if a.device != b.device:
+            b = b.to(a.device)
         # bit-exact, NaN included; contiguous first: an expanded output (stride 0) cannot be viewed as bytes
         return a.numel() == 0 or bool(torch.equal(a.contiguous().reshape(-1).view(torch.uint8),
                                                   b.contiguous().reshape(-1).view(torch.uint8)))
@@ -90,12 +93,23 @@ def _runtime_error(e: BaseException) -> dict[str, Any]:
             "log": traceback.format_exc()[-6000:]}
 
 
-def _outputs(k: _Kernel, raw: Any) -> list[Any]:
-    from ksearch.eval.rules import normalize_outputs
-
-    outs = normalize_outputs(raw, k.names)
-    _plain(outs)
-    return outs
+def _misfit(outs: list[Any], slots: list[torch.Tensor], names: list[str], device: str) -> dict[str, Any] | None:
+    """Why the returned outputs cannot fill the judge's slots (a failure the candidate reports on itself)."""
+    for name, o, slot in zip(names, outs, slots):
+        if type(o) is not torch.Tensor:        # noqa: E721 - a subclass could intercept the copy
+            what = "a torch.Tensor subclass" if isinstance(o, torch.Tensor) else type(o).__name__
+            return {"status": "INCORRECT_SHAPE", "message": f"{name}: expected a plain torch.Tensor, got {what}"}
+        if o.is_meta:
+            return {"status": "INCORRECT_SHAPE", "message": f"{name}: a meta tensor, which holds no values; "
+                                                            f"return computed tensors"}
+        if o.device.type != torch.device(device).type:
+            return {"status": "INCORRECT_DTYPE", "message": f"{name}: on device {o.device}, expected {device}"}
+        if tuple(o.shape) != tuple(slot.shape):
+            return {"status": "INCORRECT_SHAPE", "message": f"{name}: shape {tuple(o.shape)}, expected "
+                                                            f"{tuple(slot.shape)}"}
+        if o.dtype != slot.dtype:
+            return {"status": "INCORRECT_DTYPE", "message": f"{name}: dtype {o.dtype}, expected {slot.dtype}"}
+    return None
 
 
 def _without_reference(definition: Any) -> Any:
@@ -106,7 +120,7 @@ def _without_reference(definition: Any) -> Any:
     return definition.model_copy(update={"reference": ""})
 
 
-def _setup(conn: Any, payload: dict[str, Any]) -> _Kernel:
+def _setup(payload: dict[str, Any]) -> _Kernel:
     """Select the device, load the task's input generator, close the sandbox, then load the candidate."""
     from ksearch.task import load_task
 
@@ -115,40 +129,19 @@ def _setup(conn: Any, payload: dict[str, Any]) -> _Kernel:
         torch.cuda.set_device(torch.device(k.device if ":" in k.device else "cuda:0"))
         torch.cuda.init()
         torch.empty(1, device=k.device)
-        from ksearch.eval.gputime import flush_buffer
-        flush_buffer()
     task = load_task(payload["task"], Path(payload["tasks_root"]) if payload.get("tasks_root") else None)
     task.definition = _without_reference(task.definition)   # the reference has no business in this process
     k.task = task
     k.names = task.definition.output_names
+    k.input_names = task.definition.input_names
     task.workloads_module                   # noqa: B018 - imported now, while files may still be read
     from ksearch.instantiate import loader  # noqa: F401
     import faulthandler
     faulthandler.enable(all_threads=True)   # a segfault prints the Python stack to the captured stderr
     if payload.get("sandbox", True):
         from ksearch.eval import audit
-        _close_task_files(task.dir)
-        audit.install(payload["scratch"])
+        audit.install(payload["scratch"], hidden=(task.dir,))    # the task's files: refused, fatally
     return k
-
-
-def _close_task_files(task_dir: Path) -> None:
-    """From here on nothing in this process opens the task's folder (its reference, its baselines)."""
-    root = os.path.realpath(task_dir)
-
-    def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
-            path = os.fsdecode(args[0])
-            real = os.path.realpath(path)
-            if real == root or real.startswith(root + os.sep):
-                message = f"{REFUSED_PREFIX} reading the task's files: {path}"
-                try:
-                    os.write(2, (message + "\n").encode())
-                except OSError:
-                    pass
-                raise PermissionError(message)
-
-    sys.addaudithook(hook)
 
 
 def _load(k: _Kernel) -> dict[str, Any]:
@@ -164,192 +157,232 @@ def _load(k: _Kernel) -> dict[str, Any]:
                 "log": traceback.format_exc()[-6000:], "ran_code": not syntax}
 
 
-def _scrub(k: _Kernel, workload: Any) -> None:
-    """Fill freed allocator memory with NaN so output elements the kernel never writes read as NaN."""
-    from ksearch.eval.memory import scrub
+class _Server:
+    """The serve loop and what it calls, bound when constructed: before the candidate's module is imported."""
 
-    axes = {**k.task.definition.const_axes(), **workload.axes}
-    sizes = []
-    for spec in k.task.definition.outputs:
+    def __init__(self, k: _Kernel, channel: CandidateChannel):
+        self.k = k
+        self._recv, self._send = channel.recv, channel.send
+        self.ops: dict[str, Callable[[dict[str, Any], int | None], dict[str, Any]]] = {
+            "ready": self.ready, "call": self.call, "inspect": self.inspect, "pool": self.pool,
+            "capture": self.capture, "window": self.window}
+        self._map = exchange.Mapped
+        self._scrub = scrub
+        self._no_grad = torch.no_grad
+        self._normalize = normalize_outputs
+        self._misfit = _misfit
+        self._close = os.close
+        self._sleep = time.sleep
+        self._clone = torch.clone
+        if k.on_gpu:
+            self._sync: Callable[[], Any] = getattr(torch._C, "_cuda_synchronize", None) or torch.cuda.synchronize
+            flush = torch.empty(gputime.flush_bytes(torch.device(k.device)), dtype=torch.int8, device=k.device)
+            self._flush: Callable[[], Any] = flush.zero_      # private to the harness, bound now
+            self._reveal = gputime.reveal
+            self._eager_loop = gputime.eager_loop
+            self._eager_sync_loop = gputime.eager_sync_loop
+            self._graph_timer = gputime.GraphTimer
+        else:
+            self._sync = _nothing
+
+    # ---- the loop ---------------------------------------------------------------------------------------
+    def serve(self) -> None:
+        recv, send, ops, close = self._recv, self._send, self.ops, self._close
+        while True:
+            try:
+                req, fd = recv()
+            except (EOFError, OSError):
+                return
+            op = req.get("op") if isinstance(req, dict) else None
+            if op == "stop":
+                send({"ok": True})
+                return
+            try:
+                handler = ops.get(op)               # type: ignore[arg-type]
+                reply = handler(req, fd) if handler else {"ok": False, "status": "RUNTIME_ERROR",
+                                                          "message": f"unknown request {op!r}"}
+            except BaseException as e:  # noqa: BLE001 - candidate code may raise anything
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                reply = _runtime_error(e)
+            finally:
+                if fd is not None:
+                    close(fd)
+            send(reply)
+
+    # ---- every device ----------------------------------------------------------------------------------
+    def ready(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
+        """Fill freed allocator memory with NaN so output elements the kernel never writes read as NaN."""
+        self._scrub(self.k.device, [int(n) for n in req.get("output_bytes", [])])
+        if self.k.on_gpu:
+            self._sync()
+        return {"ok": True}
+
+    def call(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
+        """One call on the revealed inputs; its outputs into the judge's slots. The judge clocks this."""
+        k = self.k
+        shared = self._map(fd, req["layout"])
+        pristine: list[Any] = []
+        if "seed" in req:       # GPU: the inputs are generated here, from the seed revealed now
+            src = k.task.make_inputs(req["workload"], device=k.device, seed=int(req["seed"]))
+            args = [src[n] for n in k.input_names]
+            pristine = [self._clone(v) if isinstance(v, torch.Tensor) else v for v in args]
+            self._sync()        # a kernel on a stream of its own must find its inputs written
+        else:
+            args = shared.inputs
+        k.last = None
         try:
-            n = math.prod(spec.concrete_shape(axes)) if not spec.is_scalar else 1
-            sizes.append(n * torch.empty((), dtype=spec.torch_dtype).element_size())
-        except (KeyError, ValueError):
-            pass
-    scrub(k.device, sizes)
-
-
-def _prepare(k: _Kernel, req: dict[str, Any]) -> None:
-    w = req["workload"]
-    src = k.task.make_inputs(w, device=k.device, seed=int(req["seed"]))
-    k.inputs = [src[n] for n in k.task.definition.input_names]
-    k.pristine = [v.clone() if isinstance(v, torch.Tensor) else v for v in k.inputs]
-    k.workload = w
-    _scrub(k, w)
-    if k.on_gpu:
-        torch.cuda.synchronize()
-
-
-def _call(k: _Kernel, conn: Any) -> None:
-    sync = torch.cuda.synchronize if k.on_gpu else (lambda: None)
-    try:
-        with torch.no_grad():
-            raw = k.fn(*k.inputs)
-        sync()
-    except BaseException as e:      # noqa: BLE001
-        if isinstance(e, KeyboardInterrupt):
+            with self._no_grad():
+                raw = k.fn(*args)
+            self._sync()
+            try:
+                outs = self._normalize(raw, k.names)
+            except (ValueError, TypeError) as e:    # the wrong number or kind of outputs: a verdict, not a crash
+                outs, problem = [], {"status": "INCORRECT_SHAPE", "message": str(e)[:1500]}
+            else:
+                problem = self._misfit(outs, shared.outputs, k.names, k.device)
+            del raw
+            if not problem:
+                for o, slot in zip(outs, shared.outputs):
+                    slot.copy_(o)
+        except BaseException:
+            shared.close()
             raise
-        wire.send(conn, _runtime_error(e))
-        return
-    try:
-        outs = _outputs(k, raw)
-    except (ValueError, TypeError) as e:    # the wrong number or kind of outputs: a verdict, not a crash
-        wire.send(conn, {"ok": False, "status": "INCORRECT_SHAPE", "message": str(e)[:1500]})
-        return
-    try:
-        del raw
-        snap = [o.clone() if isinstance(o, torch.Tensor) else o for o in outs]
-    except BaseException as e:      # noqa: BLE001
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        wire.send(conn, _runtime_error(e))
-        return
-    diag: dict[str, str] = {}
-    names = k.task.definition.input_names
-    for n, now, before in zip(names, k.inputs, k.pristine):
-        if isinstance(before, torch.Tensor) and not _same(now, before):
-            diag = {"status": "INCORRECT_INPUT_MODIFIED",
-                    "message": f"input {n} changed during the call (inputs are read-only; the call must leave "
-                               f"them as it found them)"}
-            break
-    if not diag and k.prev is not None:
-        prev_outs, prev_snap = k.prev
-        reused = {_storage(o) for o in outs} - {None} & {_storage(o) for o in prev_outs}
-        if reused:
-            diag = {"status": "INCORRECT_LATE_WRITE", "message": "returned the output storage of the previous "
-                    "call: an earlier result is overwritten by a later call (allocate outputs per call)"}
-        elif not all(_same(o, s) for o, s in zip(prev_outs, prev_snap)):
-            diag = {"status": "INCORRECT_LATE_WRITE", "message": "the outputs of the previous call changed "
-                    "during this call: work deferred to a later call is not timed with the call that needs it"}
-    if not diag:
-        time.sleep(0.002 if not k.on_gpu else 0.0)
-        sync()
-        if not all(_same(o, s) for o, s in zip(outs, snap)):
-            diag = {"status": "INCORRECT_LATE_WRITE", "message": "outputs changed after the call returned: work "
-                    "ran on a stream the timer does not see, or in a background thread"}
-    k.prev = (outs, snap)
-    wire.send(conn, {"ok": True, **diag}, snap)
+        if problem:
+            shared.close()
+            return {"ok": False, **problem}
+        k.last = {"outs": outs, "shared": shared, "args": args, "pristine": pristine}
+        return {"ok": True}
 
+    def inspect(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
+        """After the judge holds the outputs: honest mistakes the call made, named (claims of failure only)."""
+        k, last = self.k, self.k.last
+        if last is None:
+            return {"ok": True}
+        k.last = None
+        outs, shared = last["outs"], last["shared"]
+        diag: dict[str, str] = {}
+        for name, now, before in zip(k.input_names, last["args"], last["pristine"]):
+            if isinstance(before, torch.Tensor) and not _same(now, before):
+                diag = {"status": "INCORRECT_INPUT_MODIFIED",
+                        "message": f"input {name} changed during the call (inputs are read-only; the call must "
+                                   f"leave them as it found them)"}
+                break
+        if not diag and k.prev is not None:
+            prev_outs, prev_copy = k.prev
+            reused = {_storage(o) for o in outs} - {None} & {_storage(o) for o in prev_outs}
+            if reused:
+                diag = {"status": "INCORRECT_LATE_WRITE", "message": "returned the output storage of the "
+                        "previous call: an earlier result is overwritten by a later call (allocate outputs per call)"}
+            elif not all(_same(o, c) for o, c in zip(prev_outs, prev_copy)):
+                diag = {"status": "INCORRECT_LATE_WRITE", "message": "the outputs of the previous call changed "
+                        "during this call: work deferred to a later call is not timed with the call that needs it"}
+        if not diag:
+            self._sleep(0.002 if not k.on_gpu else 0.0)
+            self._sync()
+            if not all(_same(o, s) for o, s in zip(outs, shared.outputs)):
+                diag = {"status": "INCORRECT_LATE_WRITE", "message": "outputs changed after the call returned: "
+                        "work ran on a stream the call did not wait for, or in a background thread"}
+        k.prev = (outs, [self._clone(o) if isinstance(o, torch.Tensor) else o for o in outs])
+        shared.close()
+        return {"ok": True, **diag}
 
-def _pool(k: _Kernel, req: dict[str, Any]) -> dict[str, Any]:
-    w = req["workload"]
-    names = k.task.definition.input_names
-    k.pool = []
-    for seed in req["seeds"]:
-        src = k.task.make_inputs(w, device=k.device, seed=int(seed))
-        k.pool.append([src[n] for n in names])
-    k.timer, k.eager_last, k.prev = None, {}, None
-    n_sets = len(k.pool)
-    est = []
-    with torch.no_grad():
-        for i in range(max(1, int(req.get("warmup", 1)))):
-            if k.on_gpu:
+    # ---- GPU timing ------------------------------------------------------------------------------------------
+    def _make(self, seed: int) -> list[Any]:
+        src = self.k.task.make_inputs(self.k.workload, device=self.k.device, seed=seed)
+        return [src[n] for n in self.k.input_names]
+
+    def _pool_call(self) -> Callable[[int], Any]:
+        fn, pool = self.k.fn, self.k.pool
+        return lambda i: fn(*pool[i])
+
+    def pool(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
+        """P input sets for the graphs to be captured on. Their values here are never timed or verified."""
+        k = self.k
+        k.workload = req["workload"]
+        k.pool = [self._make(int(seed)) for seed in req["seeds"]]
+        k.timer, k.prev, k.last = None, None, None
+        call, n_sets = self._pool_call(), len(k.pool)
+        est = []
+        with self._no_grad():
+            for i in range(max(1, int(req.get("warmup", 1)))):
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 a.record()
-                k.fn(*k.pool[i % n_sets])
+                call(i % n_sets)
                 b.record()
-                b.synchronize()
+                self._sync()
                 est.append(float(a.elapsed_time(b)))
-            else:
-                t0 = time.perf_counter()
-                k.fn(*k.pool[i % n_sets])
-                est.append((time.perf_counter() - t0) * 1e3)
-    est.sort()
-    return {"est_ms": est[len(est) // 2]}
+        est.sort()
+        return {"ok": True, "est_ms": est[len(est) // 2]}
 
+    def capture(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
+        k = self.k
+        k.timer = self._graph_timer(self._pool_call(), len(k.pool), int(req["n"]), flush=self._flush,
+                                    count_kernels=True)
+        cap = k.timer.build()
+        counts = cap.kernels
+        kernels = None if counts is None else {"call_graph": counts.call_graph, "flush_graph": counts.flush_graph,
+                                                "one_call": counts.one_call}
+        if cap.call_graph is None:
+            k.timer = None
+            return {"ok": True, "captured": False, "error": cap.error}
+        return {"ok": True, "captured": True, "kernels": kernels}
 
-def _pool_call(k: _Kernel):
-    fn, pool = k.fn, k.pool
-    return lambda i: fn(*pool[i])
-
-
-def _capture(k: _Kernel, req: dict[str, Any]) -> dict[str, Any]:
-    from ksearch.eval.gputime import GraphTimer
-
-    k.timer = GraphTimer(_pool_call(k), len(k.pool), int(req["n"]))
-    cap = k.timer.build()
-    if cap.call_graph is None:
-        k.timer = None
-        return {"ok": False, "error": cap.error}
-    return {"ok": True}
-
-
-def _pool_outputs(k: _Kernel, conn: Any, source: str) -> None:
-    got = k.timer.capture.outputs if source == "graph" and k.timer is not None else k.eager_last
-    tensors: list[Any] = []
-    try:
-        for j in range(len(k.pool)):
-            tensors.extend(_outputs(k, got[j]))
-    except BaseException as e:      # noqa: BLE001
-        wire.send(conn, {"ok": False, "status": "RUNTIME_ERROR", "message": f"{type(e).__name__}: {e}"[:1500]})
-        return
-    wire.send(conn, {"ok": True, "sets": len(k.pool)}, tensors)
-
-
-def _serve(k: _Kernel, conn: Any) -> None:
-    from ksearch.eval import gputime
-
-    while True:
+    def window(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
+        """Fresh values into the P sets, n calls as `mode`, the P last outputs into the slots. Clocked by the judge."""
+        k = self.k
+        shared = self._map(fd, req["layout"])
         try:
-            req = conn.recv()
-        except (EOFError, OSError):
-            return
-        op = req.get("op")
-        try:
-            if op == "stop":
-                wire.send(conn, {"ok": True})
-                return
-            if op == "prepare":
-                _prepare(k, req)
-                wire.send(conn, {"ok": True})
-            elif op == "call":
-                _call(k, conn)
-            elif op == "pool":
-                wire.send(conn, {"ok": True, **_pool(k, req)})
-            elif op == "capture":
-                wire.send(conn, _capture(k, req))
-            elif op == "replay":
-                wire.send(conn, {"ok": True, "event_ms": k.timer.replay(req["which"])})
-            elif op == "eager":
-                k.eager_last = gputime.eager_loop(_pool_call(k), len(k.pool), int(req["n"]), k.device)
-                wire.send(conn, {"ok": True})
-            elif op == "cupti":
-                spans = gputime.cupti_times(_pool_call(k), len(k.pool), int(req["n"]))
-                wire.send(conn, {"ok": True, "spans_ms": spans})
-            elif op == "pool_outputs":
-                _pool_outputs(k, conn, req.get("source", "graph"))
+            self._reveal(k.pool, self._make, list(req["seeds"]))
+            self._sync()        # written before any call reads them, whatever stream it launches on
+            mode, n, n_sets = req["mode"], int(req["n"]), len(k.pool)
+            event_ms = None
+            if mode == "graph":
+                if k.timer is None:
+                    raise RuntimeError("no captured graph to replay")
+                event_ms = k.timer.replay("call")
+                got = k.timer.capture.outputs
+            elif mode == "eager":
+                got = self._eager_loop(self._pool_call(), n_sets, n, k.device)
+            elif mode == "eager_sync":
+                got = self._eager_sync_loop(self._pool_call(), n_sets, n, flush=self._flush, sync=self._sync)
             else:
-                wire.send(conn, {"ok": False, "status": "RUNTIME_ERROR", "message": f"unknown request {op!r}"})
-        except BaseException as e:  # noqa: BLE001 - candidate code may raise anything
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            wire.send(conn, _runtime_error(e))
+                raise ValueError(f"unknown timing mode {mode!r}")
+            width = len(k.names)
+            for j in range(n_sets):
+                outs = self._normalize(got[j], k.names)
+                slots = shared.outputs[j * width:(j + 1) * width]
+                problem = self._misfit(outs, slots, k.names, k.device)
+                if problem:
+                    return {"ok": False, **problem}
+                for o, slot in zip(outs, slots):
+                    slot.copy_(o)
+            return {"ok": True, "event_ms": event_ms}
+        finally:
+            shared.close()
+
+
+def _nothing() -> None:
+    return None
 
 
 def main(conn: Any, payload: dict[str, Any]) -> None:
-    """Entry point in the forked child: set up, load, then serve the judge's requests until `stop`."""
+    """Entry point in the forked child: bind the channel, set up, load, then serve until `stop`."""
+    channel = CandidateChannel(conn)
     try:
-        k = _setup(conn, payload)
+        k = _setup(payload)
+        server = _Server(k, channel)
+        serve, send = server.serve, channel.send
     except BaseException as e:      # noqa: BLE001
-        wire.send(conn, {"ok": False, "status": "RUNTIME_ERROR",
-                         "message": f"the candidate's sandbox did not start: {type(e).__name__}: {e}"[:1500],
-                         "log": traceback.format_exc()[-6000:], "ran_code": False})
+        channel.send({"ok": False, "status": "RUNTIME_ERROR",
+                      "message": f"the candidate's sandbox did not start: {type(e).__name__}: {e}"[:1500],
+                      "log": traceback.format_exc()[-6000:], "ran_code": False})
         return
     reply = _load(k)
-    wire.send(conn, reply)
+    send(reply)
     if not reply.get("ok"):
         return
-    _serve(k, conn)
+    serve()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -109,6 +109,8 @@ class Evaluator:
         self.settings = settings
         self.notify = notify        # progress lines while a long job runs (None: silent)
         self.static_config = StaticCheckConfig.for_task(task)
+        from ksearch.task.snapshot import take
+        self.task_snapshot = take(task.name, task.dir)      # read once; every job is judged by these bytes
         self._worker: WorkerProcess | None = None
         self.workers_started = 0
 
@@ -127,7 +129,8 @@ class Evaluator:
 
     def _spawn(self) -> WorkerProcess:
         self.workers_started += 1
-        return WorkerProcess(interpret=not self.on_gpu, memory_limit_bytes=self._memory_limit())
+        return WorkerProcess(interpret=not self.on_gpu, memory_limit_bytes=self._memory_limit(),
+                             tasks=[self.task_snapshot])
 
     def _request(self, kind: str, payload: Any, timeout_s: float, label: str) -> Reply:
         if self._worker is None or not self._worker.alive():

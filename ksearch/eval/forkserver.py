@@ -40,18 +40,26 @@ Interface (for the evaluator)
 - Harness code that runs in the child after the hook (the target) belongs in ksearch/: the hook counts
   files of the ksearch package as the evaluator's, and files anywhere else (tests/, the scratch dir,
   "<string>") as candidate code. Preload the target's module: importing it in every child costs time.
-- What the child can still read: every file the user can (the task's files, the run directory), and
-  /dev/shm. Keep reference outputs in the judge's memory, never in files or shared memory the candidate
-  could open; give the child shared memory for its outputs as a descriptor over conn.
+- Walls (ksearch.eval.walls, `walls=True`, the default): the zygote probes once what the kernel allows
+  (`walls_plan`, described in `isolation_note`), and every child applies it right after the fork: its own
+  mount namespace (read-only, a tmpfs scratch of `scratch_bytes`, a private /dev/shm, `hidden` folders
+  covered), an unprivileged uid where it can read what it needs, no capabilities, Landlock, seccomp.
+  `spawn(..., tasks=, hidden=, seeds=)`: TaskSnapshots pinned in the child before the target runs (it
+  never reads the task's folder), folders its mount namespace hides, folders copied into its scratch (the
+  copy happens in the child, since its scratch is a tmpfs of its own). The child's environment loses
+  variables that look like credentials (*KEY*, *TOKEN*, *SECRET*...).
+- What the child can still read: what its uid may read outside the veiled and hidden folders (the run
+  directory included). Keep reference outputs in the judge's memory, never in files the candidate could
+  open; give the child shared memory for its outputs as a descriptor over conn.
 - Reaping: see ksearch.eval.reaper. With isolation "namespaces" (the default where permitted) the child
   is PID 2 of its own PID namespace (PID 1 is a do-nothing init, so the child keeps ordinary signal
   semantics) and has its own, empty network namespace; when the child ends or is killed, the namespace's
   init is killed and the kernel kills everything left in it; where the kernel allows it the child also
   has a mount namespace with its own /proc (the judge's /proc/PID cannot be named). Every child then
   gives up all capabilities (bounding set included) and sets no_new_privs (`drop_capabilities=True`, the
-  default): native code cannot mount, unshare, setns, ptrace or load modules. With "subreaper"
-  the zygote reaps and kills
-  every orphan. Either way `wait()` reports the exit only after the child's descendants are gone.
+  default): native code cannot mount, unshare, setns, ptrace or load modules (and the seccomp filter kills a
+  process that tries). With "subreaper" the zygote reaps and kills every orphan. Either way `wait()`
+  reports the exit only after the child's descendants are gone.
 - If the zygote dies, its children die with it (PR_SET_PDEATHSIG) and the next spawn starts a new one.
 
 The per-child overhead (fork, namespaces, set-up, until target runs, plus reaping) is measured by
@@ -66,6 +74,7 @@ import json
 import os
 import pickle
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -187,7 +196,8 @@ class ForkServer:
 
     def __init__(self, preload: list[str] | None = None, interpret: bool = False,
                  memory_limit_bytes: int | None = None, isolation: str = "auto", startup_timeout: float = 300.0,
-                 drop_capabilities: bool = True, private_proc: bool = True):
+                 drop_capabilities: bool = True, private_proc: bool = True, walls: bool = True,
+                 scratch_bytes: int | None = None, shm_bytes: int | None = None):
         if isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be one of {ISOLATIONS}, not {isolation!r}")
         self.preload = list(preload or [])
@@ -196,6 +206,10 @@ class ForkServer:
         self.requested_isolation = isolation
         self.drop_capabilities = drop_capabilities
         self.private_proc = private_proc      # False: keep the host's /proc (should a driver need it)
+        self.walls = walls                    # False: none of ksearch.eval.walls (tests that need the host's view)
+        self.scratch_bytes = scratch_bytes
+        self.shm_bytes = shm_bytes
+        self.walls_plan: Any = None           # the walls.WallsPlan the zygote probed
         self.startup_timeout = startup_timeout
         self.isolation: str = ""
         self.isolation_note: str = ""
@@ -228,7 +242,8 @@ class ForkServer:
         config = {"fd": theirs.fileno(), "parent": os.getpid(), "interpret": self.interpret,
                   "memory_limit": self.memory_limit_bytes, "preload": self.preload,
                   "isolation": self.requested_isolation, "drop_capabilities": self.drop_capabilities,
-                  "private_proc": self.private_proc}
+                  "private_proc": self.private_proc, "walls": self.walls, "scratch_bytes": self.scratch_bytes,
+                  "shm_bytes": self.shm_bytes}
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", "from ksearch.eval.forkserver import zygote_main; zygote_main()",
@@ -249,6 +264,13 @@ class ForkServer:
                                   f"({describe_exit(self._proc.poll())}); its output:\n{out[-4000:]}")
         self.zygote_pid = self._proc.pid
         self.isolation, self.isolation_note = ready["isolation"], ready["note"]
+        from ksearch.eval import walls as walls_module
+        self.walls_plan = walls_module.from_json(ready["walls"]) if ready.get("walls") else None
+        if self.walls_plan is not None:
+            if self.walls_plan.mount == "userns":          # its user namespace has an empty network namespace
+                self.isolation_note = self.isolation_note.replace(" (no network isolation)", "")
+            self.isolation_note += "; walls: " + self.walls_plan.describe()
+            walls_module.set_current(self.walls_plan)
         self.startup_s = time.perf_counter() - t0
         self._reader = threading.Thread(target=self._read_loop, args=(self._sock, self._proc),
                                         name="ksearch-forkserver", daemon=True)
@@ -341,8 +363,13 @@ class ForkServer:
 
     # ---- children ----------------------------------------------------------------------------------------
     def spawn(self, target: str, payload: Any, scratch_dir: str | os.PathLike[str], *,
-              audit: Any = None, env: dict[str, str] | None = None, timeout: float = 30.0) -> Child:
-        """Fork a child that runs target(conn, payload); `audit` is an audit.AuditPolicy or None."""
+              audit: Any = None, env: dict[str, str] | None = None, timeout: float = 30.0,
+              tasks: list[Any] | None = None, hidden: list[str] | tuple[str, ...] = (),
+              seeds: dict[str, str] | None = None) -> Child:
+        """Fork a child that runs target(conn, payload); `audit` is an audit.AuditPolicy or None.
+
+        `tasks`: TaskSnapshots pinned in the child before the target runs (it never reads the task's folder);
+        `hidden`: folders its mount namespace covers; `seeds`: {sub-folder: folder} copied into its scratch."""
         if self._closed:
             raise ForkServerError("the fork server is closed")
         if ":" not in target:
@@ -353,6 +380,13 @@ class ForkServer:
                 self._start()
         scratch = Path(scratch_dir).resolve()
         scratch.mkdir(parents=True, exist_ok=True)
+        seed_pairs = tuple(sorted((seeds or {}).items()))
+        if seed_pairs and self.walls_plan is None:         # no walls: copied here, before the child starts
+            for sub, src in seed_pairs:
+                shutil.copytree(src, scratch / sub, dirs_exist_ok=True)
+            seed_pairs = ()
+        if tasks:
+            payload = _WithTasks(payload, list(tasks))
         cid = next(self._ids)
         ours, theirs = socket.socketpair()
         read_fd, write_fd = os.pipe()
@@ -360,7 +394,8 @@ class ForkServer:
         with self._lock:
             self._pending[cid] = (event, box)
         try:
-            self._send(("spawn", cid, target, str(scratch), dict(env or {}), audit), [theirs.fileno(), write_fd])
+            self._send(("spawn", cid, target, str(scratch), dict(env or {}), audit, tuple(hidden), seed_pairs),
+                       [theirs.fileno(), write_fd])
         except OSError as e:
             with self._lock:
                 self._pending.pop(cid, None)
@@ -441,8 +476,10 @@ class _Record:
 class Zygote:
     """The fork server's loop: imports done, no threads of its own, forks on request, reaps, reports."""
 
-    def __init__(self, sock: socket.socket, isolation: str, private_proc: bool = False, drop_caps: bool = True):
+    def __init__(self, sock: socket.socket, isolation: str, private_proc: bool = False, drop_caps: bool = True,
+                 walls_plan: Any = None):
         self.sock = sock
+        self.walls_plan = walls_plan
         self.drop_caps = drop_caps
         self.isolation = isolation
         self.private_proc = private_proc
@@ -496,11 +533,11 @@ class Zygote:
 
     # ---- forking -----------------------------------------------------------------------------------------
     def spawn(self, msg: tuple[Any, ...], fds: list[int]) -> None:
-        _, cid, target, scratch, env, audit = msg
+        _, cid, target, scratch, env, audit, hidden, seeds = msg
         conn_fd, out_fd = fds
         for fd in fds:
             os.set_inheritable(fd, False)     # an exec'd init must not hold the child's pipe or socket
-        spec = (target, scratch, env, audit)
+        spec = (target, scratch, env, audit, hidden, seeds)
         try:
             if self.isolation == "namespaces":
                 pid, init = self._fork_in_namespaces(conn_fd, out_fd, spec)
@@ -523,7 +560,7 @@ class Zygote:
         pid = os.fork()
         if pid == 0:
             _child_main(conn_fd, out_fd, spec, zygote=self.me, new_pid_ns=self.isolation == "namespaces",
-                        private_proc=self.private_proc, drop_caps=self.drop_caps)
+                        private_proc=self.private_proc, drop_caps=self.drop_caps, walls_plan=self.walls_plan)
         return pid
 
     def _fork_in_namespaces(self, conn_fd: int, out_fd: int, spec: tuple[Any, ...]) -> tuple[int, int]:
@@ -620,7 +657,7 @@ def _init_argv() -> list[str]:
 
 
 def _child_main(conn_fd: int, out_fd: int, spec: tuple[Any, ...], zygote: int, new_pid_ns: bool,
-                private_proc: bool = False, drop_caps: bool = False) -> None:
+                private_proc: bool = False, drop_caps: bool = False, walls_plan: Any = None) -> None:
     """In the forked child: contain, set up, receive the payload, audit, run the target. Never returns."""
     code = 70
     try:
@@ -635,16 +672,26 @@ def _child_main(conn_fd: int, out_fd: int, spec: tuple[Any, ...], zygote: int, n
         if not new_pid_ns and os.getppid() != zygote:
             os._exit(71)                  # the zygote died before we asked to die with it
         os.setsid()
-        if private_proc:
-            reaper.make_private_proc()    # probed at start: a failure here fails the child, never silently
-        if drop_caps:
-            reaper.drop_capabilities()
-        target, scratch, env, audit = spec
+        target, scratch, env, audit, hidden, seeds = spec
+        if walls_plan is not None:        # probed at start: a failure here fails the child, never silently
+            from ksearch.eval import walls
+            walls.apply(walls_plan, walls.ChildWalls(scratch, tuple(hidden), tuple(seeds)))
+        else:
+            if private_proc:
+                reaper.make_private_proc()
+            if drop_caps:
+                reaper.drop_capabilities()
+        _scrub_secrets()
         _set_up_environment(Path(scratch), env)
         import faulthandler
         faulthandler.enable(all_threads=True)
         conn = Connection(_CONN_FD)
         payload = conn.recv()
+        if isinstance(payload, _WithTasks):
+            from ksearch.task import snapshot
+            for snap in payload.tasks:
+                snapshot.pin(snap)
+            payload = payload.payload
         if audit is not None:
             from ksearch.eval import audit as audit_module
             audit_module.install_policy(audit)
@@ -667,6 +714,24 @@ def _child_main(conn_fd: int, out_fd: int, spec: tuple[Any, ...], zygote: int, n
             except BaseException:
                 pass
         os._exit(code)
+
+
+@dataclass
+class _WithTasks:
+    """A payload plus the task snapshots the child pins before its target runs."""
+
+    payload: Any
+    tasks: list[Any]
+
+
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE")
+
+
+def _scrub_secrets() -> None:
+    """The candidate has no business with the user's credentials (API keys in the environment)."""
+    for name in list(os.environ):
+        if any(word in name.upper() for word in _SECRET_WORDS):
+            del os.environ[name]
 
 
 def _max_fd() -> int:
@@ -718,11 +783,21 @@ def zygote_main(argv: list[str] | None = None) -> None:
                 note += "; the host's /proc stays visible (a new proc mount was refused)"
         else:
             note = "child subreaper (namespaces not requested)"
+        plan = None
+        if config.get("walls", True):
+            from ksearch.eval import walls
+            sizes = {k: config[k] for k in ("scratch_bytes", "shm_bytes") if config.get(k)}
+            plan = walls.probe(isolation == "namespaces", private_proc,
+                               drop_caps=bool(config.get("drop_capabilities", True)), **sizes)
+            if plan.seccomp:
+                from ksearch.eval import seccomp
+                seccomp.build()           # assembled once here; every child inherits it
         t0 = time.perf_counter()
         _preload(config)
         threads = len(os.listdir("/proc/self/task"))
         sock.send(pickle.dumps(("ready", {"isolation": isolation, "note": note, "threads": threads,
-                                          "import_s": time.perf_counter() - t0})))
+                                          "import_s": time.perf_counter() - t0,
+                                          "walls": walls.to_json(plan) if plan is not None else None})))
     except BaseException as e:
         traceback.print_exc()
         try:
@@ -730,7 +805,7 @@ def zygote_main(argv: list[str] | None = None) -> None:
         except OSError:
             pass
         os._exit(3)
-    Zygote(sock, isolation, private_proc, bool(config.get("drop_capabilities", True))).serve()
+    Zygote(sock, isolation, private_proc, bool(config.get("drop_capabilities", True)), plan).serve()
     os._exit(0)
 
 

@@ -14,6 +14,12 @@ candidates it is the judge's wall clock around a request, never a number the can
   via torch.profiler, the method FlashInfer-Bench uses.
 - `eager_loop`: `n` eager calls back to back and one synchronisation: the wall time of this over n is
   the call latency (host launch cost included).
+- `eager_sync_loop`: n x [L2 flush, call, device synchronisation]: every call runs alone and cold on whatever
+  streams it launches on; the clock for a call whose work a graph does not hold (see `GraphTimer.kernels`).
+- `reveal`: fresh values into the timing input sets (the candidate learns them only inside a timed window).
+- `flush_costs`: what one flush costs inside a graph, and one eager flush plus a synchronisation: measured by
+  the judge in its own process, so the part of a window that is not the candidate's work is never a number
+  the candidate's process reports.
 
 On a CPU there are no graphs; the caller times eager calls (`eager_loop`).
 """
@@ -24,6 +30,7 @@ import json
 import os
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -63,18 +70,81 @@ class Capture:
     flush_graph: Any = None
     outputs: dict[int, Any] = field(default_factory=dict)     # input set -> the call's last result
     error: str = ""
+    kernels: "KernelCounts | None" = None
+
+
+@dataclass
+class KernelCounts:
+    """Kernel nodes recorded by the capture (None: the graph could not be read)."""
+
+    call_graph: int | None          # n x [flush, call]
+    flush_graph: int | None         # n x [flush]
+    one_call: int | None            # a separate graph of one [flush, call(set 0)]
+
+    def missing_work(self, n: int) -> str:
+        """Why the n-call graph cannot hold n calls' work, or "" when the counts agree (or are unknown)."""
+        if None in (self.call_graph, self.flush_graph, self.one_call):
+            return ""
+        per_flush = self.flush_graph / max(n, 1)
+        one = self.one_call - per_flush
+        calls = self.call_graph - self.flush_graph
+        if self.one_call > 0 and one <= 0:
+            return "a captured call recorded no kernel (its work runs outside the graph, e.g. on a stream of its own)"
+        if one > 0 and calls < n * one:
+            return (f"the graph of {n} calls holds {calls:g} kernel launches where one call records {one:g}: "
+                    f"some calls were not recorded")
+        return ""
+
+
+def graph_kernels(graph: Any) -> int | None:
+    """Kernel nodes of a captured graph (its debug dump; `enable_debug_mode()` before capture), or None."""
+    fd, path = tempfile.mkstemp(suffix=".dot", prefix="ksearch_graph_")
+    os.close(fd)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")         # torch announces every dump as a warning
+            graph.debug_dump(path)
+        with open(path) as f:
+            text = f.read()
+    except Exception:                   # noqa: BLE001 - a driver without the dump: counts unknown
+        return None
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return text.count('label="{KERNEL') if "digraph" in text else None
 
 
 class GraphTimer:
-    """CUDA graphs of n x [flush, call(set k % P)] and n x [flush]; replay either one on request."""
+    """CUDA graphs of n x [flush, call(set k % P)] and n x [flush]; replay either one on request.
 
-    def __init__(self, call: Callable[[int], Any], n_sets: int, n: int, pool: Any = None):
+    `flush` (default: zero the shared flush buffer) and `sync` may be handed in already bound, so that a
+    candidate replacing torch's methods after the harness started cannot take the flush out of the graph.
+    `count_kernels` also records how many kernel nodes each graph holds (`Capture.kernels`).
+    """
+
+    def __init__(self, call: Callable[[int], Any], n_sets: int, n: int, pool: Any = None,
+                 flush: Callable[[], Any] | None = None, count_kernels: bool = False):
         self.call, self.n_sets, self.n = call, max(1, n_sets), max(1, n)
-        self.flush = flush_buffer()
+        self.flush = flush or flush_buffer().zero_
         self.capture = Capture(self.n)
         self._pool = pool
+        self._count = count_kernels
+
+    def _graph(self) -> Any:
+        g = torch.cuda.CUDAGraph()
+        if self._count:
+            g.enable_debug_mode()
+        return g
 
     def build(self) -> Capture:
+        with warnings.catch_warnings():
+            if self._count:             # torch warns at every capture that keeps its graph for a dump
+                warnings.simplefilter("ignore")
+            return self._build()
+
+    def _build(self) -> Capture:
         cap = self.capture
         try:
             side = torch.cuda.Stream()
@@ -84,17 +154,27 @@ class GraphTimer:
                     self.call(k)
             torch.cuda.current_stream().wait_stream(side)
             torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
+            one = None
+            if self._count:
+                one = self._graph()
+                with torch.no_grad(), torch.cuda.graph(one, pool=self._pool):
+                    self.flush()
+                    self.call(0)
+                torch.cuda.synchronize()
+            g = self._graph()
             with torch.no_grad(), torch.cuda.graph(g, pool=self._pool):
                 for i in range(self.n):
-                    self.flush.zero_()
+                    self.flush()
                     cap.outputs[i % self.n_sets] = self.call(i % self.n_sets)
-            f = torch.cuda.CUDAGraph()
+            f = self._graph()
             with torch.cuda.graph(f, pool=g.pool()):
                 for _ in range(self.n):
-                    self.flush.zero_()
+                    self.flush()
             torch.cuda.synchronize()
             cap.call_graph, cap.flush_graph = g, f
+            if self._count:
+                cap.kernels = KernelCounts(graph_kernels(g), graph_kernels(f), graph_kernels(one))
+            del one
         except Exception as e:                     # noqa: BLE001 - candidate code may raise anything here
             cap.error = f"{type(e).__name__}: {e}"[:800]
             cap.call_graph = cap.flush_graph = None
@@ -146,6 +226,77 @@ def eager_loop(call: Callable[[int], Any], n_sets: int, n: int, device: str) -> 
             last[i % n_sets] = call(i % n_sets)
     sync(device)
     return last
+
+
+def eager_sync_loop(call: Callable[[int], Any], n_sets: int, n: int, flush: Callable[[], Any] | None = None,
+                    sync: Callable[[], Any] | None = None) -> dict[int, Any]:
+    """n x [L2 flush, device synchronisation, call, device synchronisation]; the last result of each set.
+
+    The synchronisations are device-wide, so a call that launches on streams of its own starts after its
+    flush and is finished, whole, before the next one: nothing overlaps, nothing is missed."""
+    flush = flush or flush_buffer().zero_
+    sync = sync or torch.cuda.synchronize
+    last: dict[int, Any] = {}
+    with torch.no_grad():
+        for i in range(n):
+            flush()
+            sync()
+            last[i % n_sets] = call(i % n_sets)
+            sync()
+    return last
+
+
+def reveal(sets: list[list[Any]], make: Callable[[int], list[Any]], seeds: list[int]) -> None:
+    """Fresh values into the input sets the graphs were captured on: set j gets `make(seeds[j])`.
+
+    Scalars are part of a workload's shape: one that differs between seeds cannot be revealed into a
+    captured graph."""
+    for dst, seed in zip(sets, seeds):
+        for i, value in enumerate(make(int(seed))):
+            if isinstance(dst[i], torch.Tensor):
+                dst[i].copy_(value)
+            elif dst[i] != value:
+                raise ValueError(f"scalar input {i} is {value!r} for seed {seed}, {dst[i]!r} in the captured set")
+
+
+@dataclass(frozen=True)
+class FlushCosts:
+    """Measured by the judge in its own process, the fastest of a few trials."""
+
+    in_graph_ms: float          # one L2 flush inside a graph replay
+    eager_sync_ms: float        # one eager flush and the two device-wide synchronisations around a call
+
+
+def flush_costs(trials: int = 3) -> FlushCosts:
+    """Per flush inside a graph as a slope (graphs of 16 and 80 flushes: a replay's own launch and sync cost
+    cancels), and per eager [flush, synchronise] iteration."""
+    flush = flush_buffer().zero_
+    torch.cuda.synchronize()
+    graphs = {}
+    for n in (16, 80):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(n):
+                flush()
+        g.replay()
+        graphs[n] = g
+    torch.cuda.synchronize()
+    walls: dict[int, list[float]] = {16: [], 80: []}
+    eager: list[float] = []
+    for _ in range(trials):
+        for n, g in graphs.items():
+            t0 = time.perf_counter()
+            g.replay()
+            torch.cuda.synchronize()
+            walls[n].append((time.perf_counter() - t0) * 1e3)
+        t0 = time.perf_counter()
+        for _ in range(16):         # `eager_sync_loop` without its calls
+            flush()
+            torch.cuda.synchronize()
+            torch.cuda.synchronize()
+        eager.append((time.perf_counter() - t0) * 1e3 / 16)
+    del graphs
+    return FlushCosts(max(min(walls[80]) - min(walls[16]), 0.0) / 64, min(eager))
 
 
 def eager_ms(call: Callable[[int], Any], n_sets: int, n: int, device: str, trials: int) -> list[float]:

@@ -1,32 +1,48 @@
 """The judge: decides verdicts and numbers in a process where candidate code never runs.
 
 It lives in the trusted evaluation worker (ksearch.eval.worker). For every candidate it forks a fresh
-process from the fork server (ksearch.eval.forkserver: own PID and network namespaces where the OS allows,
-audit hooks, nothing outlives it) that runs ksearch.eval.candidate, and talks to it by requests. The judge:
+process from the fork server (ksearch.eval.forkserver) that runs ksearch.eval.candidate, and talks to it by
+requests. The judge:
 
-1. draws the input seeds (a new nonce per job) and builds the same inputs itself, so the reference is
-   computed here, from inputs the candidate never touched, after the candidate's call;
+1. draws the input seeds (a new nonce per job), builds the inputs and computes the reference itself;
 2. holds the tolerance and compares every output it receives (JSON + raw bytes, never a pickle);
-3. holds the clock: a latency is the judge's own wall-clock measurement of a request (a CUDA-graph replay,
-   an eager loop, a CPU call), never a number the candidate reports. The candidate's own event times are
-   kept only as a cross-check;
-4. trusts the clock only within physics: a latency below the task's physical floor (fewest bytes over the
-   peak bandwidth, FLOPs over the peak rate; ksearch.eval.roofline) is INCORRECT_TIMING;
-5. times on input sets that differ from the check inputs: a pool of fresh sets the calls rotate over,
-   whose outputs are checked too.
+3. holds the clock. The candidate's process learns a workload's inputs only when the clock starts, and the
+   clock stops when the judge holds outputs that it then verifies (ksearch.eval.exchange): the request and
+   a fresh shared-memory file are sent together, the inputs in it (CPU) or the seeds of fresh input sets
+   (GPU), the output slots filled with NaN; the window ends when the reply has arrived *and* the judge has
+   copied the slots out. Every timed output is verified. A message the candidate sends before it was asked
+   is INCORRECT_TAMPERING; a reply sent before the work is done leaves NaN in the slots;
+4. trusts nothing the candidate's process reports about time: its event times are a cross-check only, and
+   the parts of a GPU window that are not the candidate's calls (generating the fresh inputs, the L2 flushes,
+   fetching outputs) are subtracted as the judge measured them in its own process before any candidate
+   started (`TrustedCosts`), never as the candidate's process measured them;
+5. trusts the clock only within physics: a GPU time below the task's physical floor (fewest bytes over the
+   peak bandwidth, FLOPs over the peak rate; ksearch.eval.roofline) is INCORRECT_TIMING.
 
-Per workload: `check_trials` fresh-input checks; then timing. On a GPU: GPU time = (wall(replay of a graph
-of n x [L2 flush, call]) - wall(replay of n flushes)) / n, per trial (ksearch.eval.gputime); call latency =
-wall(n eager calls + one sync) / n. When the call cannot be captured in a graph, GPU time falls back to
-CUPTI kernel spans measured in the candidate's process, accepted only when the judge's clock agrees that
-the loop took at least that long. On a CPU every timed call is a checked call on fresh inputs, clocked by
-the judge around the request.
+Per workload: `check_trials` single calls, each on fresh inputs and verified; then timing.
+
+CPU: every timed call is such a checked single call, clocked from the request to the judge's copy of the
+outputs (the inputs are in the shared file, zero-copy for the candidate).
+
+GPU: P timing input sets are built in the candidate's process (placeholder values) and graphs are captured
+on them: n x [L2 flush, call(set i % P)] (ksearch.eval.gputime). Each timed window then reveals P fresh
+seeds; the harness generates those inputs into the sets, replays the graph, and copies each set's last
+outputs into the slots. GPU time = (window - judge-measured [input generation + output fetch] - n x
+judge-measured flush) / n. Call latency: the same with n eager calls and one synchronisation, no flushes.
+Before a graph is the clock, the judge checks that it holds the work: the capture's kernel counts (n calls
+recorded as many kernels as n separate calls would) and a first replay on fresh inputs that must produce
+their outputs. A graph that fails either (a kernel launching on a stream of its own records nothing)
+is not used: GPU time then comes from windows of n x [flush, call, device synchronisation], clocked by the
+judge the same way (`timing_method` "eager_sync").
 """
 
 from __future__ import annotations
 
 import math
+import os
 import secrets
+import signal
+import socket
 import statistics
 import time
 import traceback
@@ -36,7 +52,7 @@ from typing import Any
 
 import torch
 
-from ksearch.eval import wire
+from ksearch.eval import exchange, wire
 from ksearch.eval.noise import noise_floor, relative_spread
 from ksearch.eval.report import (COMPILE_ERROR, INCORRECT_LATE_WRITE, INCORRECT_NUMERICAL, INCORRECT_TAMPERING,
                                  INCORRECT_TIMING, PASSED, RUNTIME_ERROR, TIMEOUT, EvalReport, WorkloadResult)
@@ -45,10 +61,17 @@ from ksearch.task import Task, Workload, load_task
 
 GRAPH_TARGET_MS = 25.0          # GPU time of calls per graph replay: long next to the judge's clock jitter
 EAGER_TARGET_MS = 25.0
+REVEAL_SHARE = 0.05             # generating a window's fresh inputs is at most this share of the window
+MAX_WINDOW_CALLS = 2000         # calls per timed window (graph nodes, eager loop)
 TIMING_SETS = 3                 # input sets the timed calls rotate over (fewer when memory is short)
 TIMING_SET_BYTES = 6 << 30      # memory the timing sets of one workload may take
 CROSS_CHECK_TOLERANCE = 0.25    # candidate's own event time vs the judge's clock
 STEADY_MIN = 0.02               # halves of a measurement always "agree" within this
+WINDOW_SEED_BASE = 1000         # timed windows draw input seeds from trial numbers above the checks'
+PLACEHOLDER_SEED_BASE = 900     # the timing sets' first values: never timed, never verified
+
+UNASKED = ("sent a message before the judge asked for one (a reply ahead of its request): replies are read "
+           "only after a request, and only the outputs the judge then copies and verifies count")
 
 
 @dataclass
@@ -73,6 +96,29 @@ class EvalJob:
     floor_check: bool = True
 
 
+@dataclass(frozen=True)
+class TrustedCosts:
+    """The parts of a GPU timing window that are not the candidate's calls, measured by the judge in its own
+    process before any candidate of the job started: never a number the candidate's process reports."""
+
+    reveal_ms: float            # P fresh input sets generated and copied in, their outputs fetched to the host
+    flush_ms: float             # one L2 flush inside a graph replay
+    flush_sync_ms: float        # one eager L2 flush and the synchronisations around a call (eager_sync)
+
+
+NO_COSTS = TrustedCosts(0.0, 0.0, 0.0)      # subtracting nothing only ever makes a candidate look slower
+_TRUSTED: dict[tuple[Any, ...], TrustedCosts] = {}   # per worker process: measured once, reused by later jobs
+
+
+@dataclass
+class _Window:
+    """One timed GPU window as the judge saw it."""
+
+    ms: float
+    header: dict[str, Any]
+    stale: bool = False          # the outputs were not those of the revealed inputs (only asked of a probe)
+
+
 class CandidateGone(Exception):
     """The candidate's process died, timed out or broke the protocol; `status` says which."""
 
@@ -91,6 +137,8 @@ class _Cand:
     prev_outputs: list[Any] | None = None
     ran_code: bool = True
     samples: dict[str, list[float]] = field(default_factory=dict)
+    sock: socket.socket | None = None           # the connection's socket, for handing over shared memory
+    windows: dict[str, int] = field(default_factory=dict)    # timed windows drawn per workload
     died: bool = False      # its process ended on its own (not killed by the judge once it had failed)
 
     @property
@@ -129,26 +177,90 @@ class Judge:
                                                  check_trials=job.check_trials)) for src, sid in job.candidates]
         self._datasheet: Any = None
         self._references: dict[tuple[str, int], list[Any]] = {}
+        self.costs: dict[str, TrustedCosts] = {}       # per workload, measured before the candidates start
+        self._probe: _Window | None = None
 
     # ---- talking to a candidate -------------------------------------------------------------------------
     def _remaining(self, c: _Cand) -> float:
         return max(0.0, c.deadline - time.monotonic())
 
-    def request(self, c: _Cand, req: dict[str, Any]) -> tuple[dict[str, Any], list[Any], float]:
-        """Send a request, wait for the reply; returns (header, values, the judge's wall ms for it)."""
-        t0 = time.perf_counter()
+    def _no_unasked(self, c: _Cand) -> None:
+        """Before every request: nothing may be waiting on the connection (a reply sent ahead)."""
         try:
-            c.child.conn.send(req)
-            header, values = wire.receive(c.child.conn, self._remaining(c))
+            waiting = c.child.conn.poll(0)
+        except (EOFError, OSError):
+            c.died = True
+            raise self._died(c) from None
+        if waiting:
+            raise CandidateGone(INCORRECT_TAMPERING, UNASKED)
+
+    def _receive(self, c: _Cand) -> tuple[dict[str, Any], list[Any]]:
+        try:
+            return wire.receive(c.child.conn, self._remaining(c))
         except TimeoutError:
             raise CandidateGone(TIMEOUT, f"no answer within eval.timeout_s={self.job.timeout_s:g}s; the "
                                          f"candidate's process and everything it started were killed") from None
         except (EOFError, OSError, BrokenPipeError):
             c.died = True
-            raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
+            raise self._died(c) from None
         except wire.WireError as e:
             raise CandidateGone(INCORRECT_TAMPERING, f"the candidate's process sent a malformed reply: {e}") from None
+
+    def request(self, c: _Cand, req: dict[str, Any]) -> tuple[dict[str, Any], list[Any], float]:
+        """Send a request, wait for the reply; returns (header, values, the judge's wall ms for it)."""
+        self._no_unasked(c)
+        t0 = time.perf_counter()
+        try:
+            c.child.conn.send(req)
+        except (EOFError, OSError, BrokenPipeError):
+            c.died = True
+            raise self._died(c) from None
+        header, values = self._receive(c)
         return header, values, (time.perf_counter() - t0) * 1e3
+
+    def timed(self, c: _Cand, req: dict[str, Any], shared: exchange.SharedCall
+              ) -> tuple[dict[str, Any], list[torch.Tensor], float]:
+        """The judge's clock: from handing over the request and its shared memory to holding a copy of the
+        output slots. Returns (the reply's header, that copy, ms)."""
+        self._no_unasked(c)
+        frozen = self._freeze_others(c)
+        try:
+            t0 = time.perf_counter()
+            try:
+                c.child.conn.send(dict(req, shared=True))
+                shared.hand_over(c.sock)
+            except (EOFError, OSError, BrokenPipeError):
+                c.died = True
+                raise self._died(c) from None
+            header, _ = self._receive(c)
+            outs = shared.take_outputs()
+            return header, outs, (time.perf_counter() - t0) * 1e3
+        finally:
+            _signal_groups(frozen, signal.SIGCONT)
+
+    def _freeze_others(self, c: _Cand) -> list[int]:
+        """While one candidate is timed, the others of the job are stopped (SIGSTOP to their process groups):
+        a candidate's background threads cannot slow a rival's window. Returns the stopped groups."""
+        groups = []
+        for other in self.cands:
+            pid = getattr(other.child, "pid", None) if other is not c and other.child is not None else None
+            if not pid:
+                continue
+            try:
+                if os.getpgid(pid) != pid:          # not the leader of its own group: never stop a shared one
+                    continue
+            except OSError:
+                continue
+            groups.append(pid)
+        _signal_groups(groups, signal.SIGSTOP)
+        return groups
+
+    def _died(self, c: _Cand) -> CandidateGone:
+        """The candidate's process is gone: a refusal of the sandbox (which ends it) is tampering."""
+        refusal = getattr(c.child, "refusal", lambda: None)()
+        if refusal:
+            return CandidateGone(INCORRECT_TAMPERING, f"the sandbox refused: {refusal}")
+        return CandidateGone(RUNTIME_ERROR, "the candidate's process died")
 
     def expect_ok(self, c: _Cand, header: dict[str, Any], workload: str | None) -> bool:
         if header.get("ok") is True and not header.get("status"):
@@ -209,6 +321,7 @@ class Judge:
                    "source": c.source, "entry": self.job.entry, "name_hint": f"{self.nonce:x}_{index}",
                    "sandbox": self.job.sandbox}
         c.child = self.spawner.spawn("ksearch.eval.candidate:main", payload)
+        c.sock = socket.socket(fileno=os.dup(c.child.conn.fileno()))
         try:
             header, _, _ = self._first_reply(c)
         except CandidateGone as e:
@@ -229,27 +342,45 @@ class Judge:
             raise CandidateGone(TIMEOUT, f"no answer within eval.timeout_s={self.job.timeout_s:g}s") from None
         except (EOFError, OSError):
             c.died = True
-            raise CandidateGone(RUNTIME_ERROR, "the candidate's process died") from None
+            raise self._died(c) from None
         except wire.WireError as e:
             raise CandidateGone(INCORRECT_TAMPERING, f"malformed reply: {e}") from None
         return header, values, (time.perf_counter() - t0) * 1e3
 
+    def ready(self, c: _Cand, w: Workload, layout: exchange.Layout) -> bool:
+        """Untimed: the candidate scrubs freed memory so output elements it never writes read as NaN."""
+        header, _, _ = self.request(c, {"op": "ready", "output_bytes": layout.output_bytes})
+        return self.expect_ok(c, header, w.name)
+
+    def inspect(self, c: _Cand, w: Workload, shared: exchange.SharedCall, inputs: dict[str, Any] | None) -> bool:
+        """Untimed, after the judge holds the outputs: the candidate's diagnosis of its own call (claims that
+        can only fail it), then the judge's own check that the shared inputs are as it wrote them."""
+        header, _, _ = self.request(c, {"op": "inspect"})
+        if not self.expect_ok(c, header, w.name):
+            return False
+        changed = shared.changed_input(inputs) if inputs is not None else None
+        if changed:
+            c.fail("INCORRECT_INPUT_MODIFIED", f"input {changed} changed during the call (inputs are read-only; "
+                                               f"the call must leave them as it found them)", w.name)
+            return False
+        return True
+
     def check(self, c: _Cand, w: Workload, trial: int) -> float | None:
-        """One checked call on fresh inputs; returns the judge's wall ms of the call request."""
+        """One call on fresh inputs, verified; returns the judge's wall ms from the request to holding its outputs."""
         seed = w.input_seed(self.nonce, trial)
-        header, _, _ = self.request(c, {"op": "prepare", "workload": w, "seed": seed})
-        if not self.expect_ok(c, header, w.name):
+        ref = self.reference(w, seed)
+        inputs = None if self.on_gpu else self.inputs(w, seed)
+        layout = exchange.plan(inputs, self.task.definition.input_names, ref, self.names)
+        if not self.ready(c, w, layout):
             return None
-        header, outs, ms = self.request(c, {"op": "call"})
-        if header.get("ok") is True and header.get("status") == INCORRECT_LATE_WRITE:
-            c.fail(INCORRECT_LATE_WRITE, str(header.get("message", "")), w.name)
-            return None
-        if not self.expect_ok(c, header, w.name):
-            return None
-        if len(outs) != len(self.names):
-            c.fail("INCORRECT_SHAPE", f"returned {len(outs)} outputs, expected {len(self.names)}", w.name)
-            return None
-        if not self.verify(c, w, outs, self.reference(w, seed), f"check {trial + 1}"):
+        req: dict[str, Any] = {"op": "call", "layout": layout}
+        if self.on_gpu:     # the inputs are generated in the candidate's process from the seed revealed now
+            req.update(workload=w, seed=seed)
+        with exchange.SharedCall(layout, inputs) as shared:
+            header, outs, ms = self.timed(c, req, shared)
+            if not self.expect_ok(c, header, w.name) or not self.inspect(c, w, shared, inputs):
+                return None
+        if not self.verify(c, w, outs, ref, f"check {trial + 1}"):
             return None
         c.prev_outputs = outs
         return ms
@@ -273,96 +404,204 @@ class Judge:
     def output_bytes(self, w: Workload) -> int:
         return self._bytes(self.task.definition.outputs, w)
 
-    def time_gpu(self, c: _Cand, w: Workload) -> None:
-        """GPU time (graph replay, judge's clock) and call latency (eager loop, judge's clock); outputs checked."""
+    def reply_budget(self, w: Workload) -> int | None:
+        """The most tensor bytes one reply may carry on `w`: every output of every timing set (None: unsized)."""
+        axes = {**self.task.definition.const_axes(), **w.axes}
+        try:
+            for spec in self.task.definition.outputs:
+                spec.concrete_shape(axes) if not spec.is_scalar else None
+        except (KeyError, ValueError, AttributeError):
+            return None
+        return self.output_bytes(w) * max(1, self.timing_sets(w))
+
+    # ---- GPU timing ---------------------------------------------------------------------------------------
+    def trusted(self, w: Workload) -> TrustedCosts:
+        """What a window costs besides the candidate's calls, measured here (cached per worker process)."""
+        n_sets = self.timing_sets(w)
+        key = (self.task.name, str(self.task.dir), w.name, n_sets, self.device)
+        if key not in _TRUSTED:
+            from ksearch.eval.gputime import flush_costs
+
+            flush_key = ("flush", self.device)
+            if flush_key not in _TRUSTED:
+                f = flush_costs()
+                _TRUSTED[flush_key] = TrustedCosts(0.0, f.in_graph_ms, f.eager_sync_ms)
+            flush = _TRUSTED[flush_key]
+            _TRUSTED[key] = TrustedCosts(self._reveal_ms(w, n_sets), flush.flush_ms, flush.flush_sync_ms)
+        return _TRUSTED[key]
+
+    def _reveal_ms(self, w: Workload, n_sets: int, trials: int = 3) -> float:
+        """The judge's own time for what a window does besides calls: fresh inputs generated into P sets,
+        P outputs fetched into shared memory, one synchronisation. The fastest of `trials` (after a warm-up)."""
+        from ksearch.eval.gputime import reveal
+
+        names = self.task.definition.input_names
+
+        def make(seed: int) -> list[Any]:
+            src = self.task.make_inputs(w, device=self.device, seed=seed)
+            return [src[n] for n in names]
+
+        salt = self.nonce ^ 0x5EED
+        sets = [make(w.input_seed(salt, 800 + j)) for j in range(n_sets)]
+        outs = [t for _ in range(n_sets) for t in self._output_templates(w, w.input_seed(salt, 800))]
+        layout = exchange.plan(None, (), outs, self.names * n_sets)
+        walls = []
+        for t in range(trials + 1):
+            with exchange.SharedCall(layout) as shared:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                reveal(sets, make, [w.input_seed(salt, 810 + t * n_sets + j) for j in range(n_sets)])
+                torch.cuda.synchronize()
+                for o, slot in zip(outs, shared.output_slots):
+                    slot.copy_(o)
+                torch.cuda.synchronize()
+                walls.append((time.perf_counter() - t0) * 1e3)
+        del sets, outs
+        torch.cuda.empty_cache()
+        return min(walls[1:])
+
+    def _output_templates(self, w: Workload, seed: int) -> list[torch.Tensor]:
+        """Empty tensors shaped like a call's outputs (the reference's: a definition's axes may be overridden
+        by a workload)."""
+        return [torch.empty_like(r) for r in self.reference(w, seed)]
+
+    def _calls(self, w: Workload, per_call_ms: float, target_ms: float, costs: TrustedCosts, lo: int) -> int:
+        """Calls in one window: enough for `target_ms`, and for the input generation to be a small share."""
         from ksearch.eval.gputime import iterations_for
 
+        n_sets = self.timing_sets(w)
+        target = max(target_ms, costs.reveal_ms / REVEAL_SHARE)
+        n = iterations_for(target, per_call_ms, lo=max(lo, n_sets), hi=MAX_WINDOW_CALLS,
+                           out_bytes=self.output_bytes(w))
+        return n - n % n_sets + n_sets if n % n_sets else n
+
+    def window(self, c: _Cand, w: Workload, mode: str, n: int, probe: bool = False) -> _Window | None:
+        """One timed window on P fresh input sets, every set's outputs verified (None: the candidate failed).
+
+        A `probe` whose outputs are not those of the revealed inputs is reported as stale rather than failed:
+        the graph did not hold the work, and the caller times the kernel another way."""
+        n_sets = self.timing_sets(w)
+        seeds = []
+        for _ in range(n_sets):
+            i = c.windows.get(w.name, 0)
+            c.windows[w.name] = i + 1
+            seeds.append(w.input_seed(self.nonce, WINDOW_SEED_BASE + i))
+        refs = [self.reference(w, s) for s in seeds]
+        flat = [r for ref in refs for r in ref]
+        layout = exchange.plan(None, (), flat, self.names * n_sets)
+        with exchange.SharedCall(layout) as shared:
+            header, outs, ms = self.timed(c, {"op": "window", "mode": mode, "seeds": seeds, "n": n,
+                                              "layout": layout}, shared)
+        if not self.expect_ok(c, header, w.name):
+            return None
+        k = len(self.names)
+        label = {"graph": "CUDA graph", "eager": "eager", "eager_sync": "eager, synchronised"}[mode]
+        for j, ref in enumerate(refs):
+            got = outs[j * k:(j + 1) * k]
+            if probe:
+                if not self._matches(got, ref):
+                    return _Window(ms, header, stale=True)
+            elif not self.verify(c, w, got, ref, f"timed call ({label}, input set {j + 1})"):
+                return None
+        return _Window(ms, header)
+
+    def _matches(self, got: list[Any], ref: list[Any]) -> bool:
+        got = [g.to(r.device) if isinstance(g, torch.Tensor) and isinstance(r, torch.Tensor) else g
+               for g, r in zip(got, ref)]
+        return check_outputs(got, ref, self.names, atol=self.corr.atol, rtol=self.corr.rtol,
+                             required_matched_ratio=self.corr.required_matched_ratio, rule=self.corr.rule).passed
+
+    def _capture(self, c: _Cand, w: Workload, n: int) -> str | None:
+        """Capture n calls and probe the graph on fresh inputs: "" when it can be the clock, else why not
+        (None: the candidate failed). Sets `self._probe` to the probe window."""
+        header, _, _ = self.request(c, {"op": "capture", "n": n})
+        if not self.expect_ok(c, header, w.name):
+            return None
+        why = graph_unusable(header, n)
+        self._probe = None
+        if not why:
+            probe = self.window(c, w, "graph", n, probe=True)     # also pays the first replay's one-time costs
+            if probe is None:
+                return None
+            if probe.stale:
+                return ("a replay of its CUDA graph on fresh inputs did not produce their outputs: the work is not "
+                        "in the graph (a kernel launching on a stream of its own is not captured)")
+            self._probe = probe
+        return why
+
+    def time_gpu(self, c: _Cand, w: Workload) -> None:
+        """GPU time and call latency, each from the judge's clock around windows on fresh inputs, all verified.
+
+        How many calls a window holds is first guessed from the candidate's own estimate, then set from the
+        judge's clock (a graph is captured again when the guess was far too small): a wrong estimate can cost
+        the candidate time, never make the windows so short that the input generation dominates them."""
         job = self.job
         n_sets = self.timing_sets(w)
-        seeds = [w.input_seed(self.nonce, 100 + j) for j in range(n_sets)]
-        header, _, _ = self.request(c, {"op": "pool", "workload": w, "seeds": seeds, "warmup": max(job.warmup, n_sets)})
+        costs = self.costs.get(w.name, NO_COSTS)
+        placeholders = [w.input_seed(self.nonce, PLACEHOLDER_SEED_BASE + j) for j in range(n_sets)]
+        header, _, _ = self.request(c, {"op": "pool", "workload": w, "seeds": placeholders,
+                                        "warmup": max(job.warmup, n_sets)})
         if not self.expect_ok(c, header, w.name):
             return
-        est = float(header.get("est_ms") or 0.01)
-        # As many calls as make ~25 ms of GPU time (at least 3): a floor of `iterations` calls would cost a
-        # 50 ms prefill call 2.5 s per replay, for no better a median.
-        n = iterations_for(GRAPH_TARGET_MS, est, out_bytes=self.output_bytes(w))
-        n = n - n % n_sets + n_sets if n % n_sets else n
+        est = max(float(header.get("est_ms") or 0.01), 1e-4)
+        # ~25 ms of calls per window and no floor of `iterations` calls: that floor cost a 50 ms prefill call
+        # 2.5 s per replay for no better a median (issue 20).
+        n = self._calls(w, est, GRAPH_TARGET_MS, costs, 1)
+        why = self._capture(c, w, n)
+        if why is None:
+            return
+        if not why:
+            judged = max(self._probe.ms - costs.reveal_ms - n * costs.flush_ms, 0.0) / n
+            need = self._calls(w, max(judged, 1e-4), GRAPH_TARGET_MS, costs, 1)
+            if need > 1.5 * n:
+                n = need
+                why = self._capture(c, w, n)
+                if why is None:
+                    return
         row = c.row(w.name)
-        header, _, _ = self.request(c, {"op": "capture", "n": n})
         gpu: list[float] = []
         claimed: list[float] = []
-        if header.get("ok") is True:
-            method = "cuda_graph"
-            self.request(c, {"op": "replay", "which": "call"})        # first replays pay one-time costs
-            self.request(c, {"op": "replay", "which": "flush"})
+        if not why:
+            method, mode, per_call_extra = "cuda_graph", "graph", costs.flush_ms
+        else:
+            method, mode, per_call_extra = "eager_sync", "eager_sync", costs.flush_sync_ms
+            row.message = f"GPU time from the judge's clock around synchronised eager calls: {why}"
+            n = self._calls(w, est + costs.flush_sync_ms, GRAPH_TARGET_MS, costs, n_sets)
+            first = self.window(c, w, mode, n)           # a warm-up that also tells how long a call takes
+            if first is None:
+                return
+            judged = max(first.ms - costs.reveal_ms - n * per_call_extra, 0.0) / n
+            n = self._calls(w, max(judged, 1e-4) + per_call_extra, GRAPH_TARGET_MS, costs, n_sets)
 
-            def rounds(count: int) -> bool:
-                for t in range(count):
-                    walls: dict[str, float] = {}
-                    events: dict[str, float] = {}
-                    for which in (("call", "flush") if t % 2 == 0 else ("flush", "call")):
-                        h, _, ms = self.request(c, {"op": "replay", "which": which})
-                        if not self.expect_ok(c, h, w.name):
-                            return False
-                        walls[which] = ms
-                        events[which] = float(h.get("event_ms") or 0.0)
-                    gpu.append(max(walls["call"] - walls["flush"], 0.0) / n)
-                    claimed.append(max(events["call"] - events["flush"], 0.0) / n)
-                return True
+        def rounds(count: int) -> bool:
+            for _ in range(count):
+                got = self.window(c, w, mode, n)
+                if got is None:
+                    return False
+                gpu.append(max(got.ms - costs.reveal_ms - n * per_call_extra, 0.0) / n)
+                event = got.header.get("event_ms")
+                if isinstance(event, (int, float)) and not isinstance(event, bool) and math.isfinite(event):
+                    claimed.append(max(event - n * costs.flush_ms, 0.0) / n)
+            return True
 
-            # Measured twice (two halves of the rounds); halves that disagree beyond the spread are
-            # re-measured once, and a row still unsteady after that is reported as unstable.
-            count = max(2, job.trials)
+        # Measured twice (two halves of the rounds); halves that disagree beyond the spread are re-measured
+        # once, and a row still unsteady after that is reported as unstable.
+        count = max(2, job.trials)
+        if not rounds(count):
+            return
+        if not steady(gpu, self.device):
             if not rounds(count):
                 return
-            if not steady(gpu, self.device):
-                if not rounds(count):
-                    return
-                row.unstable = not steady(gpu[count:], self.device)
-                gpu[:] = gpu[count:] if not row.unstable else gpu
-            source = "graph"
-        else:
-            method = "cupti"
-            row.message = f"not capturable in a CUDA graph ({str(header.get('error', ''))[:300]}); GPU time from CUPTI"
-            n = min(n, 50)
-            for _ in range(max(1, job.trials)):
-                h, _, wall = self.request(c, {"op": "cupti", "n": n})
-                if not self.expect_ok(c, h, w.name):
-                    return
-                spans = h.get("spans_ms")
-                if not isinstance(spans, list) or len(spans) != n or not all(isinstance(s, (int, float)) for s in spans):
-                    c.fail(INCORRECT_TAMPERING, "the CUPTI timing reply is malformed", w.name)
-                    return
-                if sum(spans) > wall * (1 + CROSS_CHECK_TOLERANCE):
-                    c.fail(INCORRECT_TAMPERING, f"reported {sum(spans):.3f} ms of kernel time in a loop the "
-                                                f"judge clocked at {wall:.3f} ms", w.name)
-                    return
-                gpu.append(statistics.median(spans))
-            claimed = list(gpu)
-            source = "eager"
-        # Call latency: eager calls, host included.
-        n_eager = max(n_sets, min(n, iterations_for(EAGER_TARGET_MS, max(est, 0.005))))
-        n_eager = n_eager - n_eager % n_sets + n_sets if n_eager % n_sets else n_eager
+            row.unstable = not steady(gpu[count:], self.device)
+            gpu[:] = gpu[count:] if not row.unstable else gpu
+        # Call latency: eager calls, host included, no flushes; as many as the judge's GPU time says fill a window.
+        n_eager = self._calls(w, max(statistics.median(gpu), 0.005), EAGER_TARGET_MS, costs, n_sets)
         lat: list[float] = []
         for _ in range(max(1, job.trials)):
-            h, _, ms = self.request(c, {"op": "eager", "n": n_eager})
-            if not self.expect_ok(c, h, w.name):
+            got = self.window(c, w, "eager", n_eager)
+            if got is None:
                 return
-            lat.append(ms / n_eager)
-        # Every pool set's last output, from the timed graph and from the eager loop, is checked.
-        for src in ([source, "eager"] if source == "graph" else ["eager"]):
-            h, outs, _ = self.request(c, {"op": "pool_outputs", "source": src})
-            if not self.expect_ok(c, h, w.name):
-                return
-            k = len(self.names)
-            if len(outs) != k * n_sets:
-                c.fail("INCORRECT_SHAPE", f"timed calls returned {len(outs)} outputs, expected {k * n_sets}", w.name)
-                return
-            for j, seed in enumerate(seeds):
-                if not self.verify(c, w, outs[j * k:(j + 1) * k], self.reference(w, seed),
-                                   f"timed call ({'CUDA graph' if src == 'graph' else 'eager'}, input set {j + 1})"):
-                    return
+            lat.append(max(got.ms - costs.reveal_ms, 0.0) / n_eager)
         self.record(c, w, gpu, lat, method, claimed)
 
     def record(self, c: _Cand, w: Workload, gpu: list[float], lat: list[float], method: str,
@@ -419,6 +658,8 @@ class Judge:
     # ---- the job --------------------------------------------------------------------------------------------
     def run(self) -> list[EvalReport]:
         t_start = time.perf_counter()
+        if self.on_gpu:
+            self._measure_trusted()
         try:
             for i, c in enumerate(self.cands):
                 self.start(c, i)
@@ -429,6 +670,7 @@ class Judge:
                 for c in alive:
                     c.row(w.name)
                     c.prev_outputs = None
+                    wire.limit_replies(c.child.conn, self.reply_budget(w))
                 check_ms: dict[str, list[float]] = {c.sid: [] for c in alive}
                 for t in range(self.job.check_trials):
                     k = t % len(alive)
@@ -450,6 +692,18 @@ class Judge:
         self.finish(t_start)
         return [c.report for c in self.cands]
 
+    def _measure_trusted(self) -> None:
+        """The judge's own costs for every workload, before any candidate runs (nothing else on the GPU).
+        Where that fails, nothing is subtracted: candidates can then only look slower, never faster."""
+        for w in self.job.workloads:
+            try:
+                self.costs[w.name] = self.trusted(w)
+            except Exception as e:      # noqa: BLE001 - the judge's own GPU work; the timing stays safe
+                self.costs[w.name] = NO_COSTS
+                for c in self.cands:
+                    c.report.flags.append(f"{w.name}: the judge could not measure its own window costs "
+                                          f"({type(e).__name__}: {e}); GPU times include them")
+
     def _guarded(self, c: _Cand, w: Workload, step: Any) -> None:
         if not c.ok:
             return
@@ -469,6 +723,9 @@ class Judge:
         if child is None:
             return
         c.child = None
+        if c.sock is not None:
+            c.sock.close()
+            c.sock = None
         if c.ok:
             try:
                 child.conn.send({"op": "stop"})
@@ -519,6 +776,33 @@ class Judge:
         for c in self.cands:
             c.report.env = dict(env)
             c.report.elapsed_s = time.perf_counter() - t_start
+
+
+def _signal_groups(groups: list[int], sig: int) -> None:
+    for group in groups:
+        try:
+            os.killpg(group, sig)
+        except OSError:
+            pass
+
+
+def graph_unusable(capture_reply: dict[str, Any], n: int) -> str:
+    """Why a captured graph cannot be the clock, from the capture's reply ("" when it can, as far as the
+    capture tells: the first replay on fresh inputs must still produce their outputs)."""
+    from ksearch.eval.gputime import KernelCounts
+
+    if not capture_reply.get("captured"):
+        return f"not capturable in a CUDA graph ({str(capture_reply.get('error', ''))[:300]})"
+    counts = capture_reply.get("kernels")
+    if not isinstance(counts, dict):
+        return ""
+    fields = []
+    for name in ("call_graph", "flush_graph", "one_call"):
+        value = counts.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            return ""               # not a count: the replay on fresh inputs decides
+        fields.append(value)
+    return KernelCounts(*fields).missing_work(n)
 
 
 def steady(samples: list[float], device: str) -> bool:

@@ -80,7 +80,7 @@ class WorkloadResult:
     gpu_time_spread: float | None = None
     call_latency_ms: float | None = None      # eager call, host launch cost included, judge's clock
     call_latency_spread: float | None = None
-    timing_method: str = ""                   # cuda_graph | cupti | wall_clock_cpu
+    timing_method: str = ""                   # cuda_graph | eager_sync | cupti (baselines) | wall_clock_cpu
     self_reported_ms: float | None = None     # the candidate's own event time: a cross-check, never used
     unstable: bool = False                    # its two halves disagreed beyond the spread, twice
 

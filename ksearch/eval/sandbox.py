@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -170,6 +171,14 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+def _kill_group_and_remove(pid: int, scratch_root: str) -> None:
+    _kill_group(pid)
+    shutil.rmtree(scratch_root, ignore_errors=True)
+
+
+_STALE_SWEPT = False
+
+
 def _package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
@@ -177,7 +186,8 @@ def _package_root() -> str:
 class WorkerProcess:
     """One spawned worker. Not thread-safe: one request at a time."""
 
-    def __init__(self, *, interpret: bool, memory_limit_bytes: int | None = None):
+    def __init__(self, *, interpret: bool, memory_limit_bytes: int | None = None, tasks: list[Any] | None = None):
+        self.tasks = list(tasks or [])       # TaskSnapshots the worker pins before its first job
         parent_sock, child_sock = socket.socketpair()
         read_fd, write_fd = os.pipe()
         env = dict(os.environ)
@@ -191,8 +201,17 @@ class WorkerProcess:
             # keeps interpreter timings usable for ordering kernels.
             for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
                 env.setdefault(var, "1")
+        from ksearch.eval.spawn import new_scratch_root, remove_stale_scratch_roots
+
+        global _STALE_SWEPT
+        if not _STALE_SWEPT:
+            _STALE_SWEPT = True
+            remove_stale_scratch_roots()
+        # The candidates' scratch folders live under a root this process owns and removes, even when the
+        # worker is killed (it cannot clean up after itself then).
+        self.scratch_root = new_scratch_root()
         config = {"fd": child_sock.fileno(), "parent": os.getpid(), "interpret": interpret,
-                  "memory_limit": memory_limit_bytes}
+                  "memory_limit": memory_limit_bytes, "scratch_root": str(self.scratch_root)}
         try:
             argv = [sys.executable, "-c", "from ksearch.eval.worker import main; main()", json.dumps(config)]
             self.proc = _LAUNCHER.submit(lambda: subprocess.Popen(
@@ -204,7 +223,7 @@ class WorkerProcess:
         self.conn = Connection(parent_sock.detach())
         self.capture = OutputCapture(read_fd)
         self.ready = False
-        self._finalizer = weakref.finalize(self, _kill_group, self.proc.pid)
+        self._finalizer = weakref.finalize(self, _kill_group_and_remove, self.proc.pid, str(self.scratch_root))
 
     @property
     def pid(self) -> int:
@@ -224,6 +243,8 @@ class WorkerProcess:
                 ok = kind == "ready"
         except (EOFError, OSError):
             ok = False
+        if ok and self.tasks:
+            ok = self._pin(timeout)
         if not ok:
             self.kill()
             self.capture.eof.wait(2.0)
@@ -231,6 +252,21 @@ class WorkerProcess:
             raise WorkerStartError(f"the evaluation worker did not start within {timeout:.0f}s "
                                    f"({describe_exit(self.proc.poll())}); its output:\n{out[-4000:]}")
         self.ready = True
+
+    def _pin(self, timeout: float) -> bool:
+        """Hand the worker the task snapshots it must judge by (ksearch.task.snapshot), before any job."""
+        self.capture.begin("pin")
+        try:
+            self.conn.send(("pin", self.tasks, "pin"))
+            if not self.conn.poll(timeout):
+                return False
+            reply = self.conn.recv()
+        except (EOFError, OSError):
+            return False
+        if reply != ("pin", "ok", None):
+            print(f"the worker did not pin the task: {reply!r}", file=sys.stderr)
+            return False
+        return True
 
     def request(self, kind: str, payload: Any, timeout: float, startup_timeout: float = 180.0) -> Reply:
         self.wait_ready(startup_timeout)
@@ -285,12 +321,13 @@ class WorkerProcess:
         self.kill()
 
     def kill(self) -> None:
-        """Kill the worker's whole process group and reap it."""
+        """Kill the worker's whole process group, reap it, remove its candidates' scratch folders."""
         _kill_group(self.proc.pid)
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             pass
+        shutil.rmtree(self.scratch_root, ignore_errors=True)
         try:
             self.conn.close()
         except OSError:

@@ -72,7 +72,8 @@ def _setup(config: dict[str, Any]) -> None:
 
     global _SPAWNER
     from ksearch.eval.spawn import CandidateSpawner
-    _SPAWNER = CandidateSpawner(interpret=bool(config.get("interpret")), memory_limit_bytes=config.get("memory_limit"))
+    _SPAWNER = CandidateSpawner(interpret=bool(config.get("interpret")), memory_limit_bytes=config.get("memory_limit"),
+                                root=config.get("scratch_root"))
     if not config.get("interpret"):
         _SPAWNER.warm_triton_cache()
 
@@ -93,6 +94,11 @@ def serve(conn: Any) -> None:
                 reply: tuple[str, Any] = ("ok", judge(payload, _SPAWNER))
             elif kind == "baseline":
                 reply = ("ok", measure_baselines(payload))
+            elif kind == "pin":
+                from ksearch.task import snapshot
+                for snap in payload:
+                    snapshot.pin(snap)
+                reply = ("ok", None)
             else:
                 reply = ("error", f"unknown job kind {kind!r}")
         except Exception:

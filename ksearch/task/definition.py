@@ -207,11 +207,20 @@ def parse_definition(doc: dict[str, Any], reference: str | None = None) -> Defin
 
 
 def load_definition(task_dir: Path) -> Definition:
-    """Read `definition.json`; the reference comes from `reference.py` beside it when present."""
-    path = task_dir / "definition.json"
+    """Read `definition.json`; the reference comes from `reference.py` beside it when present.
+
+    From the pinned snapshot of the folder when there is one (ksearch.task.snapshot): a task's own modules
+    call this at import time, also in a candidate's process, where the folder itself is hidden."""
+    from ksearch.task.snapshot import pinned
+
+    snap = pinned(task_dir)
+    path = Path(task_dir) / "definition.json"
     try:
-        doc = json.loads(path.read_text())
+        text = snap.text("definition.json") if snap is not None else path.read_text()
+        doc = json.loads(text or "")
     except json.JSONDecodeError as e:
         raise DefinitionError(f"{path}: not valid JSON: {e}") from e
-    ref_path = task_dir / "reference.py"
+    if snap is not None:
+        return parse_definition(doc, snap.text("reference.py"))
+    ref_path = Path(task_dir) / "reference.py"
     return parse_definition(doc, ref_path.read_text() if ref_path.exists() else None)

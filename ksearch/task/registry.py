@@ -7,6 +7,7 @@ the folders added with `add_task_dirs` (`task.dir=` in a config), then the tasks
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -19,7 +20,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ksearch import data_dir
-from ksearch.task.definition import Definition, load_definition
+from ksearch.task import snapshot as _snapshot
+from ksearch.task.definition import Definition, DefinitionError, parse_definition
 from ksearch.task.workload import Correctness, Workload
 
 
@@ -80,9 +82,36 @@ def _import_file(module_name: str, path: Path) -> ModuleType:
     return mod
 
 
+def _module_from_snapshot(module_name: str, snap: _snapshot.TaskSnapshot, stem: str) -> ModuleType:
+    """`<stem>.py` compiled from the pinned snapshot's bytes (the folder on disk is not read)."""
+    held = sys.modules.get(module_name)
+    if held is not None and getattr(held, "__ksearch_task_digest__", None) == snap.digest:
+        return held
+    source = snap.read(f"{stem}.py")
+    path = Path(snap.origin) / f"{stem}.py"
+    if source is None:
+        raise ImportError(f"task {snap.name} has no {stem}.py")
+    mod = ModuleType(module_name)
+    mod.__file__ = str(path)
+    mod.__ksearch_task_digest__ = snap.digest  # type: ignore[attr-defined]
+    sys.modules[module_name] = mod
+    try:
+        exec(compile(source, str(path), "exec"), mod.__dict__)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return mod
+
+
 def task_module(task_dir: Path, stem: str) -> ModuleType:
-    """A task folder's `<stem>.py`, imported once under the name `Task` uses (so files can share it)."""
-    return _import_file(f"ksearch_tasks.{task_dir.name}.{stem}", task_dir / f"{stem}.py")
+    """A task folder's `<stem>.py`, imported once under the name `Task` uses (so files can share it).
+
+    When the folder's snapshot is pinned in this process (ksearch.task.snapshot), from its bytes."""
+    module_name = f"ksearch_tasks.{task_dir.name}.{stem}"
+    snap = _snapshot.pinned(task_dir)
+    if snap is not None:
+        return _module_from_snapshot(module_name, snap, stem)
+    return _import_file(module_name, task_dir / f"{stem}.py")
 
 
 @dataclass
@@ -131,7 +160,7 @@ class Task:
     @cached_property
     def roofline_module(self) -> ModuleType | None:
         """tasks/<name>/roofline.py: the task's traffic and FLOP formulas, if it declares them."""
-        return self._module("roofline") if (self.dir / "roofline.py").is_file() else None
+        return self._module("roofline") if self.has_file("roofline.py") else None
 
     def traffic_bytes(self, workload: Workload) -> int | None:
         """The fewest bytes a kernel must move for this workload (inputs read once, outputs written), if known."""
@@ -150,20 +179,24 @@ class Task:
 
     @cached_property
     def reference(self) -> Callable[..., Any]:
+        sys.audit("ksearch.task_reference", self.name)     # a candidate's process refuses it (ksearch.eval.audit)
         namespace: dict[str, Any] = {"__name__": f"ksearch_tasks.{self.name}.reference"}
         exec(compile(self.definition.reference, str(self.dir / "reference.py"), "exec"), namespace)
         return namespace["run"]
 
     def baselines(self) -> dict[str, Callable[[dict[str, Any]], Callable[[], Any]]]:
         """Baseline factories by name (GPU only): factory(inputs) plans once, returns a zero-arg call."""
-        path = self.dir / "baseline.py"
-        if not path.exists():
+        if not self.has_file("baseline.py"):
             return {}
         return dict(self._module("baseline").BASELINES)
 
     @property
     def strategies_dir(self) -> Path:
         return self.dir / "strategies"
+
+    def has_file(self, filename: str) -> bool:
+        snap = _snapshot.pinned(self.dir)
+        return snap.read(filename) is not None if snap is not None else (self.dir / filename).is_file()
 
     def default_workload_set(self, on_gpu: bool) -> str:
         return self.meta["default_sets"]["gpu" if on_gpu else "cpu"]
@@ -193,16 +226,48 @@ def _find(name: str) -> Path | None:
 
 
 def load_task(name: str, root: Path | None = None) -> Task:
+    snap = _snapshot.pinned(root / name) if root is not None else _snapshot.pinned_named(name)
+    if snap is not None and snap.name == name:
+        return _task_from_snapshot(snap)
     task_dir = root / name if root is not None else _find(name)
     if task_dir is None or not (task_dir / "definition.json").is_file():
         known = ", ".join(list_tasks(root)) or "(none)"
         raise UnknownTaskError(f"unknown task {name!r}; known tasks: {known}. `ksearch tasks` lists them "
                                f"(add folders of your own with KSEARCH_TASKS_DIR or task.dir=).")
-    definition = load_definition(task_dir)
+
+    def read(filename: str) -> str | None:
+        path = task_dir / filename
+        return path.read_text() if path.exists() else None
+
+    return _build_task(name, task_dir, read)
+
+
+_SNAPSHOT_TASKS: dict[str, Task] = {}
+
+
+def _task_from_snapshot(snap: _snapshot.TaskSnapshot) -> Task:
+    """One Task per pinned snapshot and process: its modules are compiled once, from the snapshot's bytes."""
+    task = _SNAPSHOT_TASKS.get(snap.digest)
+    if task is None:
+        task = _build_task(snap.name, Path(snap.origin), snap.text)
+        _SNAPSHOT_TASKS[snap.digest] = task
+    return task
+
+
+def _build_task(name: str, task_dir: Path, read: Callable[[str], Optional[str]]) -> Task:
+    text = read("definition.json")
+    if text is None:
+        raise UnknownTaskError(f"{task_dir} has no definition.json")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DefinitionError(f"{task_dir / 'definition.json'}: not valid JSON: {e}") from e
+    definition = parse_definition(doc, read("reference.py"))
     if definition.name != name:
         raise UnknownTaskError(f"{task_dir}/definition.json names {definition.name!r}, not {name!r}")
     meta_path = task_dir / "task.yaml"
-    raw = (yaml.safe_load(meta_path.read_text()) or {}) if meta_path.exists() else {}
+    meta_text = read("task.yaml")
+    raw = (yaml.safe_load(meta_text) or {}) if meta_text is not None else {}
     try:
         meta = TaskMeta.model_validate(raw)
     except ValidationError as e:

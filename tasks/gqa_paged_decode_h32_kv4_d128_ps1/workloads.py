@@ -3,9 +3,10 @@
 Sets:
 - `tiny` (CPU, what a CPU search selects on): a short sequence, one sequence longer than any tile of the
   catalog (BLOCK_N <= 128; 320 tokens is more than 2 such tiles, so a kernel that stops after its first
-  tile or its first 128 tokens fails), and a ragged batch with one long sequence (300 tokens: at split_kv's
-  default split count of 3 each split still spans two 64-token tiles), short ones and an empty one (kv_len
-  0: output 0 and lse -inf, which the reference and the checker accept). Sizes are kept small because the
+  tile or its first 128 tokens fails), and a ragged batch of five with one long sequence (300 tokens: at
+  split_kv's default split count of 3 each split still spans two 64-token tiles), short ones and an empty
+  one (kv_len 0: output 0 and lse -inf, which the reference and the checker accept); five sequences, so a
+  kernel that handles only the first three of a batch fails. Sizes are kept small because the
   Triton interpreter pays per program: split_kv's combine step alone runs batch x 32 programs.
 - `feedback` (GPU, what a GPU search selects on): K-Search's five shapes.
 - `full`: the dataset's 48 axes.
@@ -23,8 +24,8 @@ Sets:
   Total KV tokens stay <= ~2M (K+V = 2 KiB per token: <= 4 GiB of cache; the reference pads to the longest
   sequence, so ragged batches keep batch x max_len <= ~2M too).
 - `validate_cpu`: the CPU stand-in for `validate` (the set `eval.validate=auto` picks on a CPU), disjoint
-  from `tiny`: one ragged batch that is also the long case (a 301-token sequence, a short and an empty
-  one). One workload only: every new best is measured on it, and the default CPU run must stay short.
+  from `tiny`: one ragged batch of five that is also the long case (a 301-token sequence, short ones and
+  an empty one). One workload only: every new best is measured on it, and the default CPU run must stay short.
 
 Regions (for shape-dispatched solutions): batch bucket x mean KV length per sequence bucket, both from
 tensor shapes (batch = q.shape[0], mean length = kv_indices.shape[0] / batch), see `REGIONS`.
@@ -87,10 +88,10 @@ def workload_sets() -> dict[str, list[Workload]]:
     tiny = [
         _workload("tiny_b1_l7", 1, 7, 16),
         _lens("tiny_b1_l320", [320]),
-        _lens("tiny_ragged_b3_l300", [300, 0, 17]),
+        _lens("tiny_ragged_b5_l300", [300, 0, 17, 41, 6]),
     ]
     validate_cpu = [
-        _lens("vcpu_ragged_b3_l301", [5, 301, 0]),
+        _lens("vcpu_ragged_b5_l301", [5, 301, 0, 12, 3]),
     ]
     # K-Search's five feedback shapes (batch, total KV tokens).
     feedback = [_workload(f"fb_b{b}_t{t}", b, t) for b, t in

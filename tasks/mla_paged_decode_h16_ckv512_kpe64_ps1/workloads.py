@@ -6,8 +6,8 @@ sm_scale = 0.1352337747812271. The `tiny` set shrinks num_pages so the CPU inter
 Sets:
 - `tiny` (CPU, what a CPU search selects on): a short sequence; one 400-token sequence, longer than any
   tile of the catalog (BLOCK_N <= 64) times any plausible per-program chunk on a one-SM schedule; and a
-  ragged batch with one long sequence (330), short ones and an empty one (kv_len 0: output 0, lse -inf,
-  accepted by the reference and the checker).
+  ragged batch of five with one long sequence (330), short ones and an empty one (kv_len 0: output 0, lse
+  -inf, accepted by the reference and the checker).
 - `feedback` (GPU): K-Search's five shapes. `full`: the dataset's 47 axes.
 - `space` (GPU, held out), and `validate`, the gate a new best must not regress on: a subset of `space`
   (VALIDATE_GATE, same axes, about one feedback evaluation's cost). `space`. Axes and why:
@@ -19,7 +19,7 @@ Sets:
   Every workload uses the same 989,669-row pool as the dataset (about 1.1 GB of bf16 per input set), so
   total KV tokens stay below the pool size (at most ~790k here).
 - `validate_cpu`: the CPU stand-in for `validate` (`eval.validate=auto` on a CPU), disjoint from `tiny`:
-  one long sequence and a ragged batch with a long, an empty and short sequences.
+  one long sequence and a ragged batch of five with a long, an empty and short sequences.
 
 Regions: batch bucket x mean KV length per sequence bucket, from shapes (batch = q_nope.shape[0], mean
 length = kv_indices.shape[0] / batch); see `REGIONS`.
@@ -81,7 +81,7 @@ def workload_sets() -> dict[str, list[Workload]]:
     ]
     validate_cpu = [
         _lens("vcpu_b1_l301", [301], 360),
-        _lens("vcpu_ragged_b4_l280", [280, 0, 3, 45], 400),
+        _lens("vcpu_ragged_b5_l280", [280, 0, 3, 45, 7], 400),
     ]
     # K-Search's five feedback shapes (batch, total KV tokens).
     feedback = [_workload(f"fb_b{b}_t{t}", b, t) for b, t in

@@ -12,8 +12,8 @@ convention), which the reference implements. It also allows a sequence with no q
 Sets:
 - `tiny` (CPU, what a CPU search selects on): a short prefill, a batch of three, a 24-token prefill over a
   330-token KV (longer than any KV tile of the catalog, BLOCK_N <= 64, and six BLOCK_Q tiles of queries),
-  and a ragged batch with one long-prefix decode-like query, short prefills and an empty sequence
-  (q_len 0 and kv_len 0: it owns no output rows).
+  and a ragged batch of five with one long-prefix decode-like query, short prefills, a chunk over a
+  short prefix and an empty sequence (q_len 0 and kv_len 0: it owns no output rows).
 - `feedback` (GPU): K-Search's eight shapes. `full`: the dataset's 38 triples.
 - `space` (GPU, held out), and `validate`, the gate a new best must not regress on: a subset of `space`
   (VALIDATE_GATE, same axes, about one feedback evaluation's cost). `space`. Axes and why:
@@ -24,7 +24,7 @@ Sets:
     (many 1-token queries over long KV), as SGLang/vLLM schedule them.
   Every workload uses the dataset's 989,669-row pool; total KV tokens stay below it.
 - `validate_cpu`: the CPU stand-in for `validate` (`eval.validate=auto` on a CPU), disjoint from `tiny`: a
-  chunked prefill over a long prefix and a ragged batch with an empty sequence.
+  chunked prefill over a long prefix and a ragged batch of five with an empty sequence.
 
 Regions: total_q bucket x (KV tokens per query token) bucket, from shapes (total_q = q_nope.shape[0], total
 KV = kv_indices.shape[0]): fresh prefills have a ratio near 1, chunked prefills and decode-like mixes a
@@ -134,11 +134,11 @@ def workload_sets() -> dict[str, list[Workload]]:
         _workload("tiny_q5_b1_kv7", 5, 1, 7, 32),
         _workload("tiny_q19_b3_kv40", 19, 3, 40, 96),
         _workload_lens("tiny_q24_b1_kv330", [24], [330], 400),
-        _workload_lens("tiny_ragged_b4_kv315", [3, 0, 1, 12], [3, 0, 300, 12], 400),
+        _workload_lens("tiny_ragged_b5_kv324", [3, 0, 1, 12, 2], [3, 0, 300, 12, 9], 400),
     ]
     validate_cpu = [
         _workload_lens("vcpu_chunk_q9_kv310", [9], [310], 360),
-        _workload_lens("vcpu_ragged_b3_kv290", [0, 4, 2], [0, 270, 20], 360),
+        _workload_lens("vcpu_ragged_b5_kv301", [0, 4, 2, 1, 3], [0, 270, 20, 6, 5], 360),
     ]
     feedback = [_workload(_name("fb", *t), *t) for t in FEEDBACK_TRIPLES]
     full = [_workload(_name("full", *t), *t) for t in FULL_TRIPLES]

@@ -36,7 +36,6 @@ Regions: T bucket (T = routing_logits.shape[0]); see `REGIONS`.
 from __future__ import annotations
 
 import functools
-import importlib.util
 from pathlib import Path
 
 import torch
@@ -194,10 +193,9 @@ def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:
 
 @functools.lru_cache(maxsize=1)
 def _reference_module():
-    spec = importlib.util.spec_from_file_location("_moe_fp8_reference_for_workloads", Path(__file__).with_name("reference.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from ksearch.task.registry import task_module     # the judge's snapshot of the task, never re-read from disk
+
+    return task_module(Path(__file__).parent, "reference")
 
 
 def active_local_experts(workload: Workload) -> int:

@@ -24,10 +24,14 @@ def test_a_result_remembered_from_an_earlier_call_fails(checked, workloads, base
     assert "remembered from an earlier call" in r.first_failure().message
 
 
-def test_a_cache_keyed_on_addresses_never_hits(checked, workloads, baseline):
-    """Every call gets freshly built inputs: a memo keyed on data pointers gains nothing (it stays honest)."""
+def test_a_cache_keyed_on_addresses_gains_nothing(checked, workloads, baseline):
+    """Every call gets fresh inputs, revealed in memory mapped for that call alone (which may land at an address
+    an earlier call's inputs had): a memo keyed on data pointers either never hits, and stays honest, or hands
+    back a remembered result, which fails."""
     r = checked.evaluate(k.MEMOISED, "memoised", workloads, baseline)
-    assert r.status == PASSED, r.summary()
+    assert r.status in (PASSED, INCORRECT_LATE_WRITE, INCORRECT_NUMERICAL), r.summary()
+    if r.status == PASSED:
+        assert r.workloads[0].latency_ms > 0
 
 
 def test_unwritten_output_elements_fail(checked, workloads, baseline):

@@ -58,7 +58,7 @@ def test_honest_kernel_passes_with_both_clocks(gpu_eval, gpu_workloads, gpu_base
     r = gpu_eval.evaluate(k.GOOD, "good", gpu_workloads, gpu_baseline)
     assert r.status == PASSED, r.summary() + r.log[-2000:]
     for w in r.workloads:
-        assert w.gpu_time_ms and w.call_latency_ms and w.timing_method in ("cuda_graph", "cupti")
+        assert w.gpu_time_ms and w.call_latency_ms and w.timing_method in ("cuda_graph", "eager_sync")
         assert w.latency_ms == w.gpu_time_ms and w.spread is not None
     assert r.env["gpu"] and "driver" in r.env and r.score_spread is not None
 

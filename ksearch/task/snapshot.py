@@ -1,0 +1,111 @@
+"""A task's files, read once by the trusted side and kept in memory: what every later judgement uses.
+
+Why: a candidate that escapes its sandbox for a moment could rewrite the task's files on disk (task.yaml's
+tolerance, the reference, the input generator). If anything judged later (the next candidate, a
+re-measurement, the validate gate) read them again, the escape would last. So the evaluator takes a
+snapshot of the task folder's files when it is created (`take`, once per process and folder: the first read
+wins), the trusted worker pins it before its first job (`pin`), and the candidate's process gets it in its
+payload: from then on `load_task` and `task_module` in those processes build the task from these bytes and
+never open the folder again.
+
+A snapshot holds the folder's top-level files a judgement reads (definition.json, task.yaml and the task's
+Python modules: reference, workloads, roofline, baseline); the strategy catalog is the planner's and stays
+on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+SNAPSHOT_FILES = ("definition.json", "task.yaml")
+MAX_FILE_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class TaskSnapshot:
+    """One task folder's files as bytes, with where they were read from (picklable, a few tens of KB)."""
+
+    name: str
+    origin: str                              # the task folder, resolved
+    files: tuple[tuple[str, bytes], ...]     # (file name, content), sorted by name
+    digest: str
+
+    def read(self, filename: str) -> bytes | None:
+        for name, data in self.files:
+            if name == filename:
+                return data
+        return None
+
+    def text(self, filename: str) -> str | None:
+        data = self.read(filename)
+        return None if data is None else data.decode("utf-8")
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.origin)
+
+
+_TAKEN: dict[str, TaskSnapshot] = {}
+_PINNED: dict[str, TaskSnapshot] = {}        # by origin folder
+_LOCK = threading.Lock()
+
+
+def _read_folder(name: str, folder: Path) -> TaskSnapshot:
+    files = []
+    for path in sorted(folder.iterdir()):
+        if not path.is_file() or not (path.name in SNAPSHOT_FILES or path.suffix == ".py"):
+            continue
+        data = path.read_bytes()
+        if len(data) > MAX_FILE_BYTES:
+            raise ValueError(f"{path}: {len(data)} bytes; task files are at most {MAX_FILE_BYTES} bytes")
+        files.append((path.name, data))
+    digest = hashlib.sha256()
+    for fname, data in files:
+        digest.update(fname.encode() + b"\0" + hashlib.sha256(data).digest())
+    return TaskSnapshot(name, str(folder), tuple(files), digest.hexdigest()[:16])
+
+
+def take(name: str, task_dir: str | Path) -> TaskSnapshot:
+    """The snapshot of `task_dir` for this process: read on the first call, the same bytes on every later one."""
+    folder = Path(task_dir).resolve()
+    pinned = _PINNED.get(str(folder))
+    if pinned is not None:
+        return pinned
+    with _LOCK:
+        snap = _TAKEN.get(str(folder))
+        if snap is None:
+            snap = _read_folder(name, folder)
+            _TAKEN[str(folder)] = snap
+        return snap
+
+
+def pin(snap: TaskSnapshot) -> None:
+    """From now on this process builds the task in `snap.origin` from `snap`, never from the folder."""
+    with _LOCK:
+        held = _PINNED.get(snap.origin)
+        if held is not None and held.digest != snap.digest:
+            raise ValueError(f"task folder {snap.origin} is already pinned to other contents ({held.digest} "
+                             f"!= {snap.digest}); a process judges one version of a task")
+        _PINNED[snap.origin] = snap
+        _TAKEN[snap.origin] = snap
+
+
+def pinned(task_dir: str | Path) -> TaskSnapshot | None:
+    """The snapshot pinned for this folder (None: read it from disk)."""
+    if not _PINNED:
+        return None
+    try:
+        folder = str(Path(task_dir).resolve())
+    except OSError:
+        return None
+    return _PINNED.get(folder)
+
+
+def pinned_named(name: str) -> TaskSnapshot | None:
+    for snap in _PINNED.values():
+        if snap.name == name:
+            return snap
+    return None

@@ -1,0 +1,223 @@
+"""The judge's GPU timing decisions, on a CPU: a scripted candidate speaks the GPU protocol (pool, capture,
+window) from a thread, and the judge's CUDA calls are no-ops. What a real GPU adds is in test_clock_gpu.py;
+this covers the decisions that do not need one: which clock a kernel gets, what is subtracted, that every
+window's outputs are verified and that a window's size is the judge's choice, not the candidate's."""
+
+import os
+import socket
+import threading
+import time
+from multiprocessing.connection import Connection
+
+import pytest
+import torch
+
+from ksearch.eval import exchange, judge as judge_module, wire
+from ksearch.eval.judge import EvalJob, Judge, TrustedCosts
+from ksearch.eval.report import INCORRECT_NUMERICAL, INCORRECT_TAMPERING, PASSED
+from tests.adversarial.kernels import TASK
+
+COSTS = TrustedCosts(reveal_ms=1.0, flush_ms=0.02, flush_sync_ms=0.05)
+
+
+class Script:
+    """How the scripted candidate behaves; every field a way to be honest or not."""
+
+    def __init__(self, **kw):
+        self.est_ms = 0.05
+        self.per_call_ms = 0.05            # what each timed call "costs" (slept)
+        self.captured = True
+        self.kernels = {"call_graph": 0, "flush_graph": 0, "one_call": 0}
+        self.graph_is_empty = False        # graph windows answer stale outputs
+        self.wrong_in = set()              # modes whose outputs are wrong from their second window on
+        self.event_ms = None
+        self.presend_after = None          # after this op, write one reply ahead
+        self.__dict__.update(kw)
+        self.log: list[tuple[str, dict]] = []
+
+
+def _serve(sock: socket.socket, task, script: Script) -> None:
+    conn = Connection(os.dup(sock.fileno()))
+    names = task.definition.input_names
+    placeholders: list = []                # what a graph that never ran would still hold: the capture's outputs
+    seen: dict[str, int] = {}
+
+    def outputs(w, seed):
+        src = task.make_inputs(w, device="cpu", seed=int(seed))
+        with torch.no_grad():
+            return list(task.reference(**{n: src[n] for n in names}))
+
+    def send(header):
+        wire.send(conn, header)
+
+    send({"ok": True})
+    workload = None
+    while True:
+        try:
+            req = conn.recv()
+        except (EOFError, OSError):
+            return
+        fd = exchange.receive_fd(sock) if req.get("shared") else None
+        op = req["op"]
+        script.log.append((op, {k: v for k, v in req.items() if k in ("n", "mode", "seeds", "seed")}))
+        if op == "stop":
+            send({"ok": True})
+            return
+        if op == "pool":
+            workload = req["workload"]
+            placeholders[:] = [outputs(workload, seed) for seed in req["seeds"]]
+            send({"ok": True, "est_ms": script.est_ms})
+        elif op == "capture":
+            send({"ok": True, "captured": script.captured, "kernels": script.kernels, "error": "scripted"})
+        elif op == "call":
+            shared = exchange.Mapped(fd, req["layout"])
+            for slot, value in zip(shared.outputs, outputs(req["workload"], req["seed"])):
+                slot.copy_(value)
+            shared.close()
+            send({"ok": True})
+        elif op == "window":
+            shared = exchange.Mapped(fd, req["layout"])
+            mode = req["mode"]
+            per_call = script.per_call_ms + {"graph": COSTS.flush_ms, "eager_sync": COSTS.flush_sync_ms}.get(mode, 0.0)
+            time.sleep((COSTS.reveal_ms + req["n"] * per_call) / 1e3)      # what an honest window costs
+            seen[mode] = seen.get(mode, 0) + 1
+            k = len(task.definition.output_names)
+            stale = (mode == "graph" and script.graph_is_empty) or (mode in script.wrong_in and seen[mode] > 1)
+            for j, seed in enumerate(req["seeds"]):
+                got = placeholders[j] if stale else outputs(workload, seed)
+                for slot, value in zip(shared.outputs[j * k:(j + 1) * k], got):
+                    slot.copy_(value)
+            shared.close()
+            send({"ok": True, "event_ms": script.event_ms})
+        else:
+            send({"ok": True})
+        if fd is not None:
+            os.close(fd)
+        if script.presend_after == op:
+            send({"ok": True})
+
+
+class _Spawned:
+    def __init__(self, conn, thread):
+        self.conn, self._thread, self.pid = conn, thread, None
+
+    def kill(self):
+        self.conn.close()
+
+    def exit_description(self):
+        return "exited, exit code 0"
+
+    def output(self):
+        return "", 0
+
+    def audit_violations(self):
+        return []
+
+
+class ScriptedSpawner:
+    def __init__(self, task, script):
+        self.task, self.script = task, script
+
+    def spawn(self, target, payload):
+        ours, theirs = socket.socketpair()
+        thread = threading.Thread(target=_serve, args=(theirs, self.task, self.script), daemon=True)
+        thread.start()
+        return _Spawned(Connection(ours.detach()), thread)
+
+
+@pytest.fixture
+def gpu_judge(monkeypatch, task, workloads):
+    """A judge that takes the GPU path on CPU tensors (its CUDA calls made no-ops)."""
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+
+    def make(script, trials=3):
+        job = EvalJob(task=TASK, candidates=[("# scripted", "scripted")], workloads=list(workloads), device="cpu",
+                      trials=trials, check_trials=1, iterations=10, warmup=1, timeout_s=60, floor_check=False)
+        j = Judge(job, ScriptedSpawner(task, script))
+        j.on_gpu = True
+        j.costs = {w.name: COSTS for w in workloads}
+        j.start(j.cands[0], 0)
+        return j, j.cands[0]
+    return make
+
+
+def _timed(j, c, w):
+    j._guarded(c, w, lambda: j.check(c, w, 0))
+    j._guarded(c, w, lambda: j.time_gpu(c, w))
+    return c.report.status, c.row(w.name)
+
+
+def test_a_graph_that_holds_the_work_is_the_clock_less_the_judges_own_costs(gpu_judge, workloads):
+    w = workloads[0]
+    script = Script(kernels={"call_graph": 0, "flush_graph": 0, "one_call": 0}, event_ms=0.0)
+    j, c = gpu_judge(script)
+    status, row = _timed(j, c, w)
+    assert status == PASSED, c.report.summary()
+    assert row.timing_method == "cuda_graph"
+    windows = [(op, r) for op, r in script.log if op == "window"]
+    graph = [r for op, r in windows if r["mode"] == "graph"]
+    n = graph[0]["n"]
+    # every window on fresh seeds, none seen twice
+    seeds = [s for _, r in windows for s in r["seeds"]]
+    assert len(seeds) == len(set(seeds))
+    # (window - reveal - n x flush) / n: at least what the call slept, never less
+    assert script.per_call_ms * 0.9 < row.gpu_time_ms < script.per_call_ms * 3, row.gpu_time_ms
+    assert row.self_reported_ms == 0.0 and row.call_latency_ms > 0
+    # windows are long enough for the judge-measured input generation to be a small share
+    assert n * script.per_call_ms >= COSTS.reveal_ms / judge_module.REVEAL_SHARE * 0.9
+
+
+def test_counts_that_miss_calls_send_the_kernel_to_the_judges_eager_clock(gpu_judge, workloads):
+    w = workloads[0]
+    script = Script(kernels={"call_graph": 60, "flush_graph": 50, "one_call": 2})
+    j, c = gpu_judge(script)
+    status, row = _timed(j, c, w)
+    assert status == PASSED and row.timing_method == "eager_sync", (c.report.summary(), row)
+    assert "were not recorded" in row.message
+    assert all(r["mode"] != "graph" for op, r in script.log if op == "window")
+
+
+def test_a_graph_replay_that_does_not_compute_fresh_outputs_is_not_the_clock(gpu_judge, workloads):
+    """The honest kernel on a stream of its own: its graph replays stale outputs, its eager calls are right."""
+    w = workloads[0]
+    script = Script(graph_is_empty=True)
+    j, c = gpu_judge(script)
+    status, row = _timed(j, c, w)
+    assert status == PASSED and row.timing_method == "eager_sync", (c.report.summary(), row)
+    assert "did not produce their outputs" in row.message
+    assert row.gpu_time_ms > 0.5 * script.per_call_ms
+
+
+def test_not_capturable_also_goes_to_the_eager_clock(gpu_judge, workloads):
+    script = Script(captured=False)
+    j, c = gpu_judge(script)
+    status, row = _timed(j, c, workloads[0])
+    assert status == PASSED and row.timing_method == "eager_sync" and "not capturable" in row.message
+
+
+@pytest.mark.parametrize("mode", ["graph", "eager", "eager_sync"])
+def test_every_timed_window_is_verified(gpu_judge, workloads, mode):
+    script = Script(wrong_in={mode}, captured=mode != "eager_sync")
+    j, c = gpu_judge(script)
+    status, _ = _timed(j, c, workloads[0])
+    assert status == INCORRECT_NUMERICAL, c.report.summary()
+    assert "timed call" in c.report.summary()
+
+
+def test_a_claimed_slow_estimate_cannot_shrink_the_windows(gpu_judge, workloads):
+    """est_ms claims each call takes 100 ms: the judge's own clock says otherwise, and it captures again."""
+    script = Script(est_ms=100.0)
+    j, c = gpu_judge(script)
+    status, row = _timed(j, c, workloads[0])
+    assert status == PASSED, c.report.summary()
+    captures = [r["n"] for op, r in script.log if op == "capture"]
+    assert len(captures) == 2 and captures[1] > 1.5 * captures[0], captures
+    windows = [r["n"] for op, r in script.log if op == "window" and r["mode"] == "graph"]
+    assert windows[-1] == captures[1]
+
+
+def test_a_reply_written_ahead_fails_on_the_gpu_path(gpu_judge, workloads):
+    script = Script(presend_after="capture")
+    j, c = gpu_judge(script)
+    status, _ = _timed(j, c, workloads[0])
+    assert status in (INCORRECT_TAMPERING, INCORRECT_NUMERICAL), c.report.summary()
