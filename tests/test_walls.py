@@ -258,10 +258,7 @@ def test_a_wall_that_stops_cuda_is_left_out_and_said(monkeypatch):
     checks CUDA inside the walls and drops what stops it, naming it in the plan's notes."""
     from ksearch.eval import walls
 
-    tried = []
-
     def fake_try(plan, new_pid_ns):
-        tried.append(plan)
         if plan.landlock_abi:
             return False, f"{walls.CUDA_PREFIX}: RuntimeError: error 304"
         return True, ""
@@ -270,6 +267,94 @@ def test_a_wall_that_stops_cuda_is_left_out_and_said(monkeypatch):
     monkeypatch.setattr(walls.landlock, "abi_version", lambda: 5)
     monkeypatch.setattr(walls.seccomp, "supported", lambda: True)
     plan = walls.probe(False, False)
-    assert plan.landlock_abi == 0 and plan.seccomp
+    assert plan.landlock_abi == 0 and plan.seccomp and plan.drop_caps
     assert any(n.startswith("Landlock left out: " + walls.CUDA_PREFIX) for n in plan.notes), plan.notes
     assert "Landlock" not in plan.describe().split(" [")[0] and "seccomp filter" in plan.describe()
+
+
+def _full_plan():
+    from ksearch.eval import walls
+
+    return walls.WallsPlan(mount="root", private_proc=True, uid=walls.NOBODY, gid=walls.NOBODY, needed=("/usr",),
+                           landlock_abi=5, seccomp=True, drop_caps=True)
+
+
+def _ladder(stops_cuda):
+    """Run the CUDA ladder from the full plan against a machine where `stops_cuda(plan)` says CUDA fails."""
+    from ksearch.eval import walls
+
+    tried = []
+
+    def fake_try(plan, new_pid_ns):
+        tried.append(plan)
+        return (False, f"{walls.CUDA_PREFIX}: error 304") if stops_cuda(plan) else (True, "")
+
+    found, notes = walls._without_what_stops_cuda(_full_plan(), True, tryer=fake_try)
+    return found, notes, tried
+
+
+@pytest.mark.parametrize("culprit, kept", [
+    ("seccomp", dict(mount="root", uid=65534, landlock_abi=5, read_only=True, private_proc=True, drop_caps=True)),
+    ("read_only", dict(mount="root", uid=65534, landlock_abi=5, seccomp=True, private_proc=True, drop_caps=True)),
+    ("uid", dict(mount="root", landlock_abi=5, seccomp=True, read_only=True, private_proc=True, drop_caps=True)),
+    ("mount", dict(uid=65534, landlock_abi=5, seccomp=True, private_proc=True, drop_caps=True)),
+])
+def test_the_cuda_ladder_leaves_out_only_the_wall_that_stops_cuda(culprit, kept):
+    from ksearch.eval import walls
+
+    def stops(plan):
+        return walls._has(plan, culprit)
+
+    found, notes, tried = _ladder(stops)
+    assert found is not None and not walls._has(found, culprit)
+    for field, value in kept.items():
+        assert getattr(found, field) == value, (field, found)
+    assert len(notes) == 1 and notes[0].startswith(dict(walls._LADDER)[culprit] + " left out: "), notes
+    assert len(tried) <= 2 * len(walls._LADDER)
+
+
+def test_a_cuda_that_needs_a_matching_proc_keeps_the_private_proc():
+    """A candidate in its own PID namespace with the host's /proc (the walls' last fallback on the H200, which
+    then failed every candidate): the ladder must end where the judge before the walls ran."""
+    from ksearch.eval import walls
+
+    found, notes, _ = _ladder(lambda plan: not plan.private_proc or (plan.mount and plan.read_only))
+    assert found is not None and found.private_proc and found.mount == "root" and not found.read_only
+    assert found.seccomp and found.landlock_abi and found.uid == walls.NOBODY and found.drop_caps
+
+
+def test_no_ladder_step_helps_when_cuda_never_starts():
+    from ksearch.eval import walls
+
+    found, notes, tried = _ladder(lambda plan: True)
+    assert found is None and notes[0].startswith("CUDA does not start even without any of the walls")
+    assert not walls._has(tried[-1], "drop_caps") and not tried[-1].mount
+
+
+def test_the_last_fallback_is_the_judge_before_the_walls(monkeypatch):
+    """When no walls hold, children still get what ran on the H200 before them: a private /proc in their own
+    PID namespace, no capabilities."""
+    from ksearch.eval import walls
+
+    monkeypatch.setattr(walls, "_try", lambda plan, new_pid_ns: (False, "mount /: Operation not permitted"))
+    monkeypatch.setattr(walls.landlock, "abi_version", lambda: 0)
+    monkeypatch.setattr(walls.seccomp, "supported", lambda: False)
+    plan = walls.probe(True, True, want_uid=False)
+    assert plan.private_proc and plan.drop_caps and not plan.mount
+    assert "private /proc" in plan.describe() and "no kernel walls could be built" in plan.describe()
+
+
+def test_a_private_proc_without_a_mount_namespace_is_applied(monkeypatch, tmp_path):
+    from ksearch.eval import walls
+
+    calls = []
+    monkeypatch.setattr(walls.reaper, "make_private_proc", lambda: calls.append("proc"))
+    walls.apply(walls.WallsPlan(private_proc=True, drop_caps=False), walls.ChildWalls(str(tmp_path)))
+    assert calls == ["proc"]
+
+
+def test_a_plan_round_trips_through_json():
+    from ksearch.eval import walls
+
+    plan = walls.WallsPlan(mount="root", read_only=False, private_proc=True, notes=("x",), needed=("/usr",))
+    assert walls.from_json(walls.to_json(plan)) == plan

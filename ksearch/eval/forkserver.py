@@ -783,8 +783,13 @@ def zygote_main(argv: list[str] | None = None) -> None:
                 note += "; the host's /proc stays visible (a new proc mount was refused)"
         else:
             note = "child subreaper (namespaces not requested)"
+        t0 = time.perf_counter()
+        _preload(config)
+        import_s = time.perf_counter() - t0
         plan = None
         if config.get("walls", True):
+            # Probed after the imports, so that each probe child is what a candidate will be: forked from
+            # this process as it serves (it starts CUDA where there is a GPU; this process never does).
             from ksearch.eval import walls
             sizes = {k: config[k] for k in ("scratch_bytes", "shm_bytes") if config.get(k)}
             plan = walls.probe(isolation == "namespaces", private_proc,
@@ -792,11 +797,9 @@ def zygote_main(argv: list[str] | None = None) -> None:
             if plan.seccomp:
                 from ksearch.eval import seccomp
                 seccomp.build()           # assembled once here; every child inherits it
-        t0 = time.perf_counter()
-        _preload(config)
         threads = len(os.listdir("/proc/self/task"))
         sock.send(pickle.dumps(("ready", {"isolation": isolation, "note": note, "threads": threads,
-                                          "import_s": time.perf_counter() - t0,
+                                          "import_s": import_s,
                                           "walls": walls.to_json(plan) if plan is not None else None})))
     except BaseException as e:
         traceback.print_exc()

@@ -78,6 +78,7 @@ class WallsPlan:
     landlock_abi: int = 0
     seccomp: bool = False
     drop_caps: bool = True
+    read_only: bool = True              # with a mount namespace: every mount read-only but scratch and /dev/shm
     scratch_bytes: int = SCRATCH_BYTES
     shm_bytes: int = SHM_BYTES
     notes: tuple[str, ...] = ()
@@ -86,8 +87,11 @@ class WallsPlan:
         parts = []
         if self.mount:
             parts.append(f"mount namespace ({'as root' if self.mount == 'root' else 'in a user namespace, no network'}): "
-                         f"read-only file system, {self.scratch_bytes >> 20} MiB tmpfs scratch, private "
+                         + ("read-only file system, " if self.read_only else "file system left writable, ")
+                         + f"{self.scratch_bytes >> 20} MiB tmpfs scratch, private "
                          f"/dev/shm, the task's files hidden" + (", private /proc" if self.private_proc else ""))
+        elif self.private_proc:
+            parts.append("private /proc")
         if self.uid is not None:
             parts.append(f"uid {self.uid}")
         elif os.geteuid() == 0:
@@ -257,7 +261,8 @@ def _mounts(plan: WallsPlan, child: ChildWalls, uid: int, gid: int) -> None:
     for h in child.hidden:
         if os.path.isdir(h):
             _mount("tmpfs", h, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
-    make_read_only()
+    if plan.read_only:
+        make_read_only()
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
                f"size={plan.shm_bytes},mode=1777")
@@ -312,8 +317,11 @@ def apply(plan: WallsPlan, child: ChildWalls) -> list[str]:
     if plan.mount:
         _mounts(plan, child, target_uid, target_gid)
         done.append("mounts")
-    elif plan.uid is not None:
-        os.chown(child.scratch, target_uid, target_gid)
+    else:
+        if plan.private_proc:
+            reaper.make_private_proc()    # as the judge before the walls did (CUDA started so on the H200)
+        if plan.uid is not None:
+            os.chown(child.scratch, target_uid, target_gid)
     _copy_seeds(child, seed_fds, target_uid, target_gid)
     if plan.uid is not None:
         _give_output_pipes(plan.uid, plan.gid if plan.gid is not None else plan.uid)
@@ -399,13 +407,17 @@ def _try(plan: WallsPlan, new_pid_ns: bool) -> tuple[bool, str]:
         code, why = 1, ""
         try:
             os.close(r)
-            if new_pid_ns:
-                reaper.unshare(reaper.CLONE_NEWPID)
+            if new_pid_ns:         # as the fork server places a candidate: PID 2 of new PID and network namespaces
+                reaper.unshare(reaper.CLONE_NEWPID | reaper.CLONE_NEWNET)
                 inner = os.fork()
                 if inner != 0:
                     _, status = os.waitpid(inner, 0)
                     os._exit(os.waitstatus_to_exitcode(status))
             apply(plan, ChildWalls(scratch, (hidden,)))
+            for var, sub in (("HOME", "home"), ("TMPDIR", "tmp"), ("CUDA_CACHE_PATH", "cuda"),
+                             ("XDG_CACHE_HOME", "xdg")):          # where a candidate's caches go
+                os.makedirs(os.path.join(scratch, sub), exist_ok=True)
+                os.environ[var] = os.path.join(scratch, sub)
             why = _check(plan, root, scratch, hidden)
             code = 0 if not why else 1
         except BaseException as e:  # noqa: BLE001 - reported to the parent, which decides
@@ -470,24 +482,75 @@ def _cuda_problem() -> str:
     return ""
 
 
-def _looser(plan: WallsPlan) -> list[tuple[WallsPlan, str]]:
-    """What to drop, one wall at a time and then together, when CUDA does not start under `plan`."""
-    out: list[tuple[WallsPlan, str]] = []
-    if plan.landlock_abi:
-        out.append((replace(plan, landlock_abi=0), "Landlock"))
-    if plan.seccomp:
-        out.append((replace(plan, seccomp=False), "the seccomp filter"))
-    if plan.landlock_abi and plan.seccomp:
-        out.append((replace(plan, landlock_abi=0, seccomp=False), "Landlock and the seccomp filter"))
-    if plan.private_proc:
-        out.append((replace(plan, private_proc=False), "the private /proc"))
-    return out
+# The walls in the order they are given up when CUDA does not start inside them: the newest and the
+# narrowest first, the configuration the judge ran on the H200 before the walls (its own PID and network
+# namespaces, a private /proc, no capabilities) last.
+_LADDER: tuple[tuple[str, str], ...] = (
+    ("seccomp", "the seccomp filter"), ("landlock_abi", "Landlock"), ("uid", "the unprivileged uid"),
+    ("read_only", "the read-only file system"), ("mount", "the mount namespace"),
+    ("private_proc", "the private /proc"), ("drop_caps", "dropping capabilities"))
+_OFF: dict[str, Any] = {"seccomp": False, "landlock_abi": 0, "uid": None, "read_only": False, "mount": "",
+                        "private_proc": False, "drop_caps": False}
+
+
+def _has(plan: WallsPlan, wall: str) -> bool:
+    if wall == "read_only":
+        return bool(plan.mount) and plan.read_only
+    return getattr(plan, wall) != _OFF[wall]
+
+
+def _drop(plan: WallsPlan, wall: str) -> WallsPlan:
+    if wall == "uid":
+        return replace(plan, uid=None, gid=None, needed=())
+    return replace(plan, **{wall: _OFF[wall]})
+
+
+def _restore(plan: WallsPlan, wall: str, like: WallsPlan) -> WallsPlan:
+    if wall == "uid":
+        return replace(plan, uid=like.uid, gid=like.gid, needed=like.needed)
+    return replace(plan, **{wall: getattr(like, wall)})
+
+
+def _without_what_stops_cuda(first: WallsPlan, new_pid_ns: bool, tryer: Any = None) -> tuple[WallsPlan | None,
+                                                                                              list[str]]:
+    """CUDA did not start under `first`: give up walls one at a time (in _LADDER's order) until it does, then
+    put back, one at a time, each wall given up on the way that CUDA starts with. Returns the strongest plan
+    found (None if CUDA starts under none of them) and notes that name each wall left out and why.
+
+    Costs one CUDA start per plan tried (14 at most), only on a machine where a wall stops CUDA."""
+    tryer = tryer or _try
+    dropped: list[str] = []
+    plan, found, last_why = first, None, ""
+    for wall, _ in _LADDER:
+        if not _has(plan, wall):
+            continue
+        plan = _drop(plan, wall)
+        dropped.append(wall)
+        ok, last_why = tryer(plan, new_pid_ns)
+        if ok:
+            found = plan
+            break
+    if found is None:
+        return None, [f"CUDA does not start even without any of the walls ({last_why})"]
+    notes: list[str] = []
+    labels = dict(_LADDER)
+    for wall in reversed(dropped):
+        back = _restore(found, wall, first)
+        if not _has(back, wall):
+            continue               # the read-only flag means nothing without the mount namespace
+        ok, why = tryer(back, new_pid_ns)
+        if ok:
+            found = back
+        else:
+            notes.append(f"{labels[wall]} left out: {why}")
+    return found, notes
 
 
 def probe(namespaces: bool, private_proc: bool, *, want_uid: bool = True, scratch_bytes: int = SCRATCH_BYTES,
           shm_bytes: int = SHM_BYTES, drop_caps: bool = True) -> WallsPlan:
-    """The strongest plan this machine allows. `namespaces`: the children are in their own PID namespace
-    made as root (the fork server's "namespaces" isolation). Forks: call it before threads exist."""
+    """The strongest plan this machine allows. `namespaces`: the children are in their own PID and network
+    namespaces made as root (the fork server's "namespaces" isolation); `private_proc`: a new /proc mount
+    works there. Forks throwaway children (each starts CUDA where there is a GPU, as a candidate would)."""
     notes: list[str] = []
     abi = landlock.abi_version()
     if not abi:
@@ -496,11 +559,11 @@ def probe(namespaces: bool, private_proc: bool, *, want_uid: bool = True, scratc
     if not use_seccomp:
         notes.append("no seccomp filter for this architecture")
     base = WallsPlan(landlock_abi=abi, seccomp=use_seccomp, drop_caps=drop_caps, scratch_bytes=scratch_bytes,
-                     shm_bytes=shm_bytes)
+                     shm_bytes=shm_bytes, private_proc=private_proc and namespaces)
     candidates: list[tuple[WallsPlan, bool]] = []
     root = os.geteuid() == 0
     if namespaces:
-        mounted = replace(base, mount="root", private_proc=private_proc)
+        mounted = replace(base, mount="root")
         if root and want_uid:
             candidates.append((replace(mounted, uid=NOBODY, gid=NOBODY, needed=needed_paths()), True))
         candidates.append((mounted, True))
@@ -509,16 +572,15 @@ def probe(namespaces: bool, private_proc: bool, *, want_uid: bool = True, scratc
     candidates.append((base, namespaces))
     last_why = ""
     for first, new_pid_ns in candidates:
-        plan = first
-        ok, why = _try(plan, new_pid_ns)
+        plan: WallsPlan | None = first
+        ok, why = _try(first, new_pid_ns)
         if not ok and why.startswith(CUDA_PREFIX):
-            for looser, dropped in _looser(first):
-                ok, _ = _try(looser, new_pid_ns)
-                if ok:
-                    plan = looser
-                    notes.append(f"{dropped} left out: {why}")
-                    break
-        if ok:
+            plan, cuda_notes = _without_what_stops_cuda(first, new_pid_ns)
+            notes.extend(cuda_notes)
+            ok = plan is not None
+            if not ok:         # nothing helps: keep the walls that hold (CUDA fails either way) and say so
+                return replace(first, notes=tuple(notes))
+        if ok and plan is not None:
             if plan.mount == "root" and plan.uid is None and root and want_uid and last_why:
                 notes.append(f"the candidate keeps uid 0 without capabilities ({last_why})")
             if not plan.mount and (namespaces or not root) and last_why:
@@ -527,9 +589,9 @@ def probe(namespaces: bool, private_proc: bool, *, want_uid: bool = True, scratc
                 notes.append("no mount namespace (namespaces are not available)")
             return replace(plan, notes=tuple(notes))
         last_why = why
-    # Not even the plain walls hold: run without them, and say so.
+    # Not even the plain walls hold: only what the judge had before them, and say so.
     notes.append(f"no kernel walls could be built ({last_why})")
-    return WallsPlan(drop_caps=drop_caps, notes=tuple(notes))
+    return WallsPlan(drop_caps=drop_caps, private_proc=private_proc and namespaces, notes=tuple(notes))
 
 
 def to_json(plan: WallsPlan) -> str:
