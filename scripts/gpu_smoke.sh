@@ -24,37 +24,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG=${1:?usage: gpu_smoke.sh LOGDIR}
 mkdir -p "$LOG"
-[ -f .gpu/activate.sh ] && source .gpu/activate.sh .gpu
-[ -f .gpu/fi_cache.tgz ] && mkdir -p ~/.cache && tar xzf .gpu/fi_cache.tgz -C ~/.cache 2>/dev/null
-export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+STEPS=${SMOKE_STEPS:-}
+source scripts/gpu_steps.sh
+gpu_env
 ROUNDS=${SMOKE_ROUNDS:-6}
 RUNS=/tmp/smoke_runs; rm -rf $RUNS; mkdir -p $RUNS
 T0=$(date +%s)
-failed=()
-summary() { echo "$*" | tee -a "$LOG/summary.txt"; }
-wanted() { [ -z "${SMOKE_STEPS:-}" ] || [[ " $SMOKE_STEPS " == *" $1 "* ]]; }
-
-# step NAME LIMIT_S CMD...: run CMD with a time limit, its output in LOG/NAME.log, one summary line.
-step() {
-  local name=$1 limit=$2; shift 2
-  wanted "$name" || return 0
-  local t=$(date +%s)
-  timeout --kill-after=10 "$limit" "$@" > "$LOG/$name.log" 2>&1
-  local rc=$?
-  local dt=$(( $(date +%s) - t ))
-  if [ $rc -eq 0 ]; then summary "ok    $name (${dt}s)"
-  else
-    [ $rc -eq 124 ] && summary "FAIL  $name: over its ${limit}s limit" || summary "FAIL  $name: exit $rc (${dt}s)"
-    failed+=("$name"); tail -15 "$LOG/$name.log" | sed 's/^/      /'
-  fi
-}
-
 : > "$LOG/summary.txt"
 # The device machine's copy of the tree may carry stale git metadata: SMOKE_COMMIT names the commit tested.
 summary "gpu_smoke at ${SMOKE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')} on $(date -u +%FT%TZ)"
 step env 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv,noheader &&
   python3 -c "import sys,torch,triton,flashinfer; print(sys.version.split()[0], torch.__version__, triton.__version__, flashinfer.__version__)" &&
-  python3 -c "from ksearch.eval import walls; print(\"walls:\", walls.probe(True, True).describe())"'
+  python3 -c "from ksearch.eval.forkserver import ForkServer as F; s = F(preload=[\"ksearch.eval.candidate\"]); print(\"sandbox:\", s.isolation_note, \"| zygote start\", round(s.startup_s, 1), \"s\"); s.close()"'
 wanted env && sed 's/^/      /' "$LOG/env.log"
 step peaks 120 python3 scripts/peaks_check.py --json "$LOG/peaks.json"
 wanted peaks && sed -n '1,6p' "$LOG/peaks.log" | sed 's/^/      /'
@@ -108,8 +89,7 @@ fi
 
 
 tar czf "$LOG/runs.tgz" -C $RUNS . 2>/dev/null
-# Files come back from a device call only 8 at a time: the logs travel as one archive.
-(cd "$LOG" && tar czf logs.tgz *.log 2>/dev/null && rm -f *.log *.rc)
+pack_logs
 if [ -d ~/.cache/flashinfer ]; then
   tar czf /tmp/fi_cache.tgz -C ~/.cache flashinfer 2>/dev/null &&
     [ "$(stat -c %s /tmp/fi_cache.tgz)" -lt 15000000 ] && cp /tmp/fi_cache.tgz "$LOG/fi_cache.tgz"
