@@ -19,8 +19,8 @@ from rich.text import Text
 from ksearch.store.best_manifest import BestKind, BestManifest, manifest_from_history
 from ksearch.store.history import Evaluation, RunHistory
 from ksearch.store.short_ids import ShortIds
-from ksearch.viz.speedups import base_node, measured_vs_parent, parent_score, predicted_speedup
 from ksearch.world_model import Node, WorldModel
+from ksearch.world_model.facts import facts
 
 
 #: What ends a code line cut to the terminal's width.
@@ -90,17 +90,16 @@ def _plan(wm: WorldModel, node: Node, ids: ShortIds, best: BestManifest | None =
         if a.rationale:
             t.add_row("why", a.rationale)
         t.add_row("difficulty", f"{a.difficulty}   priority {a.score:.2f}")
-        meas, base, predicted = measured_vs_parent(wm, node), parent_score(wm, node), predicted_speedup(node)
-        pred = f"{predicted:.3g}x" if predicted else "-"
-        parent = base_node(wm, node)
-        if parent is not None and parent.is_root and not (parent.solution and parent.solution.score):
-            # a family: the root holds no kernel, so the prediction and the measurement are against the baseline
-            t.add_row("vs baseline", f"predicted {pred}, measured " + (f"{meas:.3g}x (the parent is the root, "
+        f = facts(wm, node)
+        pred = f"{f.predicted:.3g}x" if f.predicted is not None else "-"
+        if f.against_baseline:
+            t.add_row("vs baseline", f"predicted {pred}, measured " + (f"{f.measured:.3g}x (the parent is the root, "
                                                                          f"which holds no kernel)"
-                                                                         if meas is not None else "-"))
+                                                                         if f.measured is not None else "-"))
         else:
-            t.add_row("vs parent", f"predicted {pred}, measured " + (f"{meas:.3g}x (score {node.solution.score:.4g} / "
-                                                                     f"parent {base:.4g})" if meas is not None else "-"))
+            t.add_row("vs parent", f"predicted {pred}, measured " + (f"{f.measured:.3g}x (score {f.score:.4g} / "
+                                                                     f"parent {f.parent_score:.4g})"
+                                                                     if f.measured is not None else "-"))
         if a.params:
             t.add_row("params", json.dumps(a.params, sort_keys=True))
     if node.solution:

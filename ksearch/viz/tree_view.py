@@ -16,9 +16,9 @@ from ksearch.store.best_manifest import BestKind, BestManifest, manifest_from_hi
 from ksearch.store.history import NotARunError, RunHistory
 from ksearch.store.short_ids import ShortIds
 from ksearch.viz.node_rows import NodeRow, best_mark, node_rows, node_title, pred_meas, speedup
-from ksearch.viz.speedups import families
 from ksearch.viz.width import terminal_width  # noqa: F401 - part of this module's API (cli, tests)
 from ksearch.world_model import Node, WorldModel
+from ksearch.world_model.facts import families, measured_score
 
 #: Node.status values, for `ksearch show --status`.
 NODE_STATUSES = ("open", "closed", "failed", "pruned", "decision")
@@ -180,8 +180,8 @@ def family_table(wm: WorldModel, ids: ShortIds | None = None, width: int | None 
         t.add_column(col, no_wrap=True, justify="right")
     for fam in families(wm):
         sub = [wm.node(n) for n in nx.descendants(wm.graph, fam.node_id) | {fam.node_id}]
-        scored = [n for n in sub if n.solution and n.solution.score is not None]
-        top = max(scored, key=lambda n: n.solution.score) if scored else None
+        scored = [n for n in sub if measured_score(n) is not None]
+        top = max(scored, key=measured_score) if scored else None
         t.add_row(f"{ids.short(fam.node_id)} {node_title(fam)}",
                   f"{top.solution.score:.4g}x" if top else "-",
                   f"{top.solution.latency_ms:.4g}" if top and top.solution.latency_ms else "-",

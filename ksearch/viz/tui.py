@@ -33,9 +33,9 @@ from ksearch.store.lock import probe
 from ksearch.store.short_ids import ShortIds
 from ksearch.viz.node_rows import NodeRow, best_mark, node_rows, speedup
 from ksearch.viz.node_view import kernel_diff, node_sections, shown_evaluation
-from ksearch.viz.speedups import families
 from ksearch.viz.tree_view import NODE_STATUSES, no_tree_message, run_summary
 from ksearch.world_model import WorldModel
+from ksearch.world_model.facts import families
 
 SECTIONS = ("plan", "attempts", "kernel", "diff")
 _STATUS_STYLE = {"closed": "green", "open": "cyan", "failed": "red", "pruned": "dim", "decision": "white"}
