@@ -147,8 +147,7 @@ def resolve_eval(cfg: DictConfig, task: Any) -> tuple[str, str, list[Any], Any]:
         workloads = sets[set_name]
     settings = EvalSettings(device=device, timeout_s=cfg.eval.timeout_s,
                             warmup=cfg.eval.warmup if on_gpu else cfg.eval.cpu_warmup,
-                            iterations=cfg.eval.iterations if on_gpu else cfg.eval.cpu_iterations,
-                            run_seed=cfg.run.seed,
+                            run_seed=cfg.run.seed, metric=cfg.eval.metric,
                             # on a CPU the checked calls are the timing samples: no extra interpreted calls
                             trials=cfg.eval.trials if on_gpu else min(cfg.eval.trials, cfg.eval.check_trials),
                             check_trials=cfg.eval.check_trials,

@@ -16,6 +16,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from ksearch.eval.report import Status
 from ksearch.store.best_manifest import BestKind, BestManifest, manifest_from_history
 from ksearch.store.history import Evaluation, RunHistory
 from ksearch.store.short_ids import ShortIds
@@ -157,7 +158,7 @@ def _workloads(history: RunHistory, e: Evaluation) -> RenderableType:
             baseline = _fmt(w.baseline_ms) + _spread(getattr(w, "baseline_spread", None))
         else:                                               # the run's baseline measurement
             baseline = _fmt(base.get(w.workload)) + _spread(base_spread.get(w.workload))
-        t.add_row(w.workload, Text(w.status, style="green" if w.status == "PASSED" else "red"),
+        t.add_row(w.workload, Text(w.status, style="green" if w.status == Status.PASSED else "red"),
                   _fmt(w.latency_ms) + _spread(getattr(w, "spread", None)), baseline, f"{sp:.3g}x" if sp else "-",
                   _fmt(w.max_abs_error, ".3g"), _fmt(w.max_rel_error, ".3g"), Text(w.message[:200]))
     parts: list[RenderableType] = [t]
