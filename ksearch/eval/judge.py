@@ -53,6 +53,7 @@ from typing import Any
 import torch
 
 from ksearch.eval import exchange, wire
+from ksearch.eval.gputime import per_call_ms
 from ksearch.eval.noise import noise_floor, relative_spread
 from ksearch.eval.report import (CANDIDATE_STATUSES, EvalReport, Metric, Status, TimingMethod,
                                  WorkloadResult)
@@ -103,6 +104,11 @@ class TrustedCosts:
     reveal_ms: float            # P fresh input sets generated and copied in, their outputs fetched to the host
     flush_ms: float             # one L2 flush inside a graph replay
     flush_sync_ms: float        # one eager L2 flush and the synchronisations around a call (eager_sync)
+
+    def besides_calls(self, n: int, per_call: float) -> float:
+        """What a window of n calls holds besides them: the fresh inputs and fetched outputs, and `per_call`
+        for each call (a flush inside a graph, or an eager flush with its synchronisations)."""
+        return self.reveal_ms + n * per_call
 
 
 NO_COSTS = TrustedCosts(0.0, 0.0, 0.0)      # subtracting nothing only ever makes a candidate look slower
@@ -548,7 +554,7 @@ class Judge:
         if why is None:
             return
         if not why:
-            judged = max(self._probe.ms - costs.reveal_ms - n * costs.flush_ms, 0.0) / n
+            judged = per_call_ms(self._probe.ms, n, costs.besides_calls(n, costs.flush_ms))
             need = self._calls(w, max(judged, 1e-4), GRAPH_TARGET_MS, costs, 1)
             if need > 1.5 * n:
                 n = need
@@ -567,7 +573,7 @@ class Judge:
             first = self.window(c, w, mode, n)           # a warm-up that also tells how long a call takes
             if first is None:
                 return
-            judged = max(first.ms - costs.reveal_ms - n * per_call_extra, 0.0) / n
+            judged = per_call_ms(first.ms, n, costs.besides_calls(n, per_call_extra))
             n = self._calls(w, max(judged, 1e-4) + per_call_extra, GRAPH_TARGET_MS, costs, n_sets)
 
         def rounds(count: int) -> bool:
@@ -575,10 +581,10 @@ class Judge:
                 got = self.window(c, w, mode, n)
                 if got is None:
                     return False
-                gpu.append(max(got.ms - costs.reveal_ms - n * per_call_extra, 0.0) / n)
+                gpu.append(per_call_ms(got.ms, n, costs.besides_calls(n, per_call_extra)))
                 event = got.header.get("event_ms")
                 if isinstance(event, (int, float)) and not isinstance(event, bool) and math.isfinite(event):
-                    claimed.append(max(event - n * costs.flush_ms, 0.0) / n)
+                    claimed.append(per_call_ms(event, n, n * costs.flush_ms))
             return True
 
         # Measured twice (two halves of the rounds); halves that disagree beyond the spread are re-measured
@@ -598,7 +604,7 @@ class Judge:
             got = self.window(c, w, "eager", n_eager)
             if got is None:
                 return
-            lat.append(max(got.ms - costs.reveal_ms, 0.0) / n_eager)
+            lat.append(per_call_ms(got.ms, n_eager, costs.reveal_ms))
         self.record(c, w, gpu, lat, method, claimed)
 
     def record(self, c: _Cand, w: Workload, gpu: list[float], lat: list[float], method: TimingMethod,
