@@ -19,7 +19,7 @@ OLD_REPORT = {"solution_id": "s1", "status": "INCORRECT_LATE_WRITE", "device": "
 def test_a_report_recorded_as_strings_loads_as_members_and_writes_the_same_strings():
     r = EvalReport.from_json(json.loads(json.dumps(OLD_REPORT)))
     assert r.status is Status.INCORRECT_LATE_WRITE and r.workloads[0].status is Status.PASSED
-    assert r.workloads[0].timing_method is TimingMethod.CUDA_GRAPH and r.workloads[1].timing_method == ""
+    assert r.workloads[0].timing_method is TimingMethod.cuda_graph and r.workloads[1].timing_method == ""
     again = json.loads(json.dumps(r.to_json()))
     assert {k: again[k] for k in OLD_REPORT if k != "workloads"} == {k: v for k, v in OLD_REPORT.items()
                                                                       if k != "workloads"}
@@ -35,13 +35,13 @@ def test_a_status_this_version_does_not_know_still_loads():
 def test_baselines_recorded_with_a_metric_string_load_as_the_metric():
     b = BaselineTimes.from_json({"device": "cpu", "variants": {"reference": {"w1": 1.0}}, "label": "x",
                                  "metric": "call_latency"})
-    assert b.metric is Metric.CALL_LATENCY and json.loads(json.dumps(b.to_json()))["metric"] == "call_latency"
-    assert BaselineTimes.from_json({"device": "cuda", "variants": {}, "label": "x"}).metric is Metric.GPU_TIME
+    assert b.metric is Metric.call_latency and json.loads(json.dumps(b.to_json()))["metric"] == "call_latency"
+    assert BaselineTimes.from_json({"device": "cuda", "variants": {}, "label": "x"}).metric is Metric.gpu_time
 
 
 @pytest.mark.parametrize("device,wanted,used", [
-    ("cuda", "gpu_time", Metric.GPU_TIME), ("cuda:1", "call_latency", Metric.CALL_LATENCY),
-    ("cpu", "gpu_time", Metric.CALL_LATENCY), ("cpu", Metric.CALL_LATENCY, Metric.CALL_LATENCY)])
+    ("cuda", "gpu_time", Metric.gpu_time), ("cuda:1", "call_latency", Metric.call_latency),
+    ("cpu", "gpu_time", Metric.call_latency), ("cpu", Metric.call_latency, Metric.call_latency)])
 def test_the_score_uses_the_asked_clock_on_a_gpu_and_call_latency_on_a_cpu(device, wanted, used):
     assert score_metric(device, wanted) is used
     assert EvalSettings(device=device, metric=wanted).metric is used
@@ -54,7 +54,7 @@ def test_eval_metric_reaches_the_evaluator(monkeypatch):
 
     monkeypatch.setattr(app, "check_device", lambda cfg: "cuda")
     task = load_task(app.compose_config([]).task.name)
-    for override, metric in ((["eval.metric=call_latency"], Metric.CALL_LATENCY), ([], Metric.GPU_TIME)):
+    for override, metric in ((["eval.metric=call_latency"], Metric.call_latency), ([], Metric.gpu_time)):
         _, _, _, settings = app.resolve_eval(app.compose_config(override), task)
         assert settings.metric is metric
 

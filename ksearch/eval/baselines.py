@@ -101,7 +101,7 @@ def time_subject(call: Callable[[], Any], device: str, warmup: int, trials: int
     fn: Callable[[int], Any] = lambda _i: call()
     if not on_gpu:
         with torch.no_grad():
-            return {Metric.CALL_LATENCY: _cpu_rounds(fn, warmup, trials, floor)}, TimingMethod.WALL_CLOCK_CPU
+            return {Metric.call_latency: _cpu_rounds(fn, warmup, trials, floor)}, TimingMethod.wall_clock_cpu
     with torch.no_grad():
         for _ in range(max(1, warmup)):
             fn(0)
@@ -115,18 +115,18 @@ def time_subject(call: Callable[[], Any], device: str, warmup: int, trials: int
     n = gputime.iterations_for(GRAPH_TARGET_MS, est)      # ~25 ms of calls per replay (as the judge does)
     timer = gputime.GraphTimer(fn, 1, n)
     cap = timer.build()
-    method = TimingMethod.CUDA_GRAPH
+    method = TimingMethod.cuda_graph
     if cap.call_graph is not None:
         timer.replay("call")
         timer.replay("flush")
         gpu = _until_steady(timer.gpu_ms, floor, max(3, trials))
     else:
-        method = TimingMethod.CUPTI
+        method = TimingMethod.cupti
         gpu = _until_steady(lambda: statistics.median(gputime.cupti_times(fn, 1, min(n, 50)) or [float("nan")]),
                             floor, max(3, trials))
     del timer, cap
     lat = _until_steady(lambda: gputime.eager_ms(fn, 1, n, device, 1)[0], floor, max(3, trials))
-    return {Metric.GPU_TIME: gpu, Metric.CALL_LATENCY: lat}, method
+    return {Metric.gpu_time: gpu, Metric.call_latency: lat}, method
 
 
 def _perf() -> float:
@@ -182,11 +182,11 @@ def measure_baselines(job: BaselineJob) -> BaselineTimes:
             fn = task.reference
             if on_gpu:      # a slow PyTorch program on large shapes, for information only (bench)
                 got_clocks, _ = time_subject(lambda: fn(**inputs), job.device, 1, 1)
-                ref_rounds[w.name] = got_clocks.get(Metric.GPU_TIME) or got_clocks[Metric.CALL_LATENCY]
+                ref_rounds[w.name] = got_clocks.get(Metric.gpu_time) or got_clocks[Metric.call_latency]
             else:           # the CPU baseline: cheap next to an interpreted kernel
                 got_clocks, methods["reference"] = time_subject(lambda: fn(**inputs), job.device, 2,
                                                                 max(3, job.trials))
-                ref_rounds[w.name] = got_clocks[Metric.CALL_LATENCY]
+                ref_rounds[w.name] = got_clocks[Metric.call_latency]
         del inputs, ref
     if on_gpu:      # the worker lives on beside the candidates' processes: give the cached blocks back
         torch.cuda.empty_cache()
@@ -194,7 +194,7 @@ def measure_baselines(job: BaselineJob) -> BaselineTimes:
     complete = {k: v for k, v in clocks.items() if k not in failures
                 and all(len(t) == len(job.workloads) for t in v.values())}
     metric = job.metric
-    other_clock = Metric.CALL_LATENCY if metric == Metric.GPU_TIME else Metric.GPU_TIME
+    other_clock = Metric.call_latency if metric == Metric.gpu_time else Metric.gpu_time
     med = statistics.median
     variants = {k: {w: med(r) for w, r in v[metric].items()} for k, v in complete.items() if metric in v}
     spread = {k: {w: relative_spread(r, floor) for w, r in v[metric].items()} for k, v in complete.items()

@@ -71,7 +71,7 @@ class EvalSettings:
     check_trials: int = 2       # correctness checks per workload, each on fresh random inputs
     static_checks: bool = True  # refuse forbidden Python source before it runs
     memory_limit_gb: float | None = None   # CPU candidate address-space cap; None: 3/4 of RAM; 0: no cap
-    metric: Metric = Metric.GPU_TIME    # eval.metric; on a CPU always call latency (`score_metric`)
+    metric: Metric = Metric.gpu_time    # eval.metric; on a CPU always call latency (`score_metric`)
     sandbox: bool = True        # audit hooks in each candidate's process
     floor_check: bool = True    # a latency below the workload's physical floor is INCORRECT_TIMING
 

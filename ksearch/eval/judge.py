@@ -565,9 +565,9 @@ class Judge:
         gpu: list[float] = []
         claimed: list[float] = []
         if not why:
-            method, mode, per_call_extra = TimingMethod.CUDA_GRAPH, "graph", costs.flush_ms
+            method, mode, per_call_extra = TimingMethod.cuda_graph, "graph", costs.flush_ms
         else:
-            method, mode, per_call_extra = TimingMethod.EAGER_SYNC, "eager_sync", costs.flush_sync_ms
+            method, mode, per_call_extra = TimingMethod.eager_sync, "eager_sync", costs.flush_sync_ms
             row.message = f"GPU time from the judge's clock around synchronised eager calls: {why}"
             n = self._calls(w, est + costs.flush_sync_ms, GRAPH_TARGET_MS, costs, n_sets)
             first = self.window(c, w, mode, n)           # a warm-up that also tells how long a call takes
@@ -617,12 +617,12 @@ class Judge:
         row.call_latency_spread = relative_spread(lat, floor) if lat else None
         row.timing_method = method
         row.self_reported_ms = statistics.median(claimed) if claimed else None
-        use_gpu = self.job.metric == Metric.GPU_TIME and row.gpu_time_ms is not None
+        use_gpu = self.job.metric == Metric.gpu_time and row.gpu_time_ms is not None
         samples = gpu if use_gpu else lat
         row.trial_ms = [round(x, 6) for x in samples]
         row.latency_ms = statistics.median(samples) if samples else None
         row.spread = relative_spread(samples, floor) if samples else None
-        if row.self_reported_ms and row.gpu_time_ms and method == TimingMethod.CUDA_GRAPH:
+        if row.self_reported_ms and row.gpu_time_ms and method == TimingMethod.cuda_graph:
             gap = abs(row.self_reported_ms - row.gpu_time_ms) / max(row.gpu_time_ms, 1e-9)
             if gap > CROSS_CHECK_TOLERANCE and abs(row.self_reported_ms - row.gpu_time_ms) > 0.002:
                 c.report.flags.append(f"{w.name}: the candidate's own events say {row.self_reported_ms * 1e3:.1f} µs, "
@@ -656,7 +656,7 @@ class Judge:
             if ms is not None:
                 samples.append(ms)
         if c.ok:
-            self.record(c, w, [], samples, TimingMethod.WALL_CLOCK_CPU, [])
+            self.record(c, w, [], samples, TimingMethod.wall_clock_cpu, [])
 
     # ---- the job --------------------------------------------------------------------------------------------
     def run(self) -> list[EvalReport]:

@@ -31,12 +31,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
+from enum import StrEnum, auto
 from typing import Any
 
 
 class Status(StrEnum):
-    """The verdict on a candidate (and on each of its workloads)."""
+    """The verdict on a candidate (and on each of its workloads).
+
+    In every enum of ksearch a member's name is its value, as records and configs write it (OmegaConf
+    matches config values to members by name)."""
 
     PASSED = "PASSED"
     COMPILE_ERROR = "COMPILE_ERROR"
@@ -61,23 +64,23 @@ CANDIDATE_STATUSES = frozenset({Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Stat
 class Metric(StrEnum):
     """The clock a score is computed on."""
 
-    GPU_TIME = "gpu_time"               # CUDA-graph replay (or synchronised eager calls), L2 cold
-    CALL_LATENCY = "call_latency"       # eager calls, host included
+    gpu_time = auto()           # CUDA-graph replay (or synchronised eager calls), L2 cold
+    call_latency = auto()       # eager calls, host included
 
 
 class TimingMethod(StrEnum):
     """How a row's GPU time (or, on a CPU, its latency) was taken."""
 
-    CUDA_GRAPH = "cuda_graph"
-    EAGER_SYNC = "eager_sync"           # n x [flush, call, device sync]: the work was not in the graph
-    CUPTI = "cupti"                     # kernel spans from CUPTI (baselines that cannot be captured)
-    WALL_CLOCK_CPU = "wall_clock_cpu"
+    cuda_graph = auto()
+    eager_sync = auto()         # n x [flush, call, device sync]: the work was not in the graph
+    cupti = auto()              # kernel spans from CUPTI (baselines that cannot be captured)
+    wall_clock_cpu = auto()
 
 
-def score_metric(device: str, wanted: Metric | str = Metric.GPU_TIME) -> Metric:
+def score_metric(device: str, wanted: Metric | str = Metric.gpu_time) -> Metric:
     """The clock scores use on `device`: the one asked for (`eval.metric`) on a GPU; a CPU has only call
     latency (no graphs, no GPU time)."""
-    return Metric(wanted) if device.startswith("cuda") else Metric.CALL_LATENCY
+    return Metric(wanted) if device.startswith("cuda") else Metric.call_latency
 
 
 def _recorded(enum: type[StrEnum], value: Any) -> Any:
@@ -228,7 +231,7 @@ class BaselineTimes:
     reference: dict[str, float] = field(default_factory=dict)   # reference latency, when asked for (not a baseline)
     spread: dict[str, dict[str, float]] = field(default_factory=dict)   # variant -> workload -> relative spread
     env: dict[str, Any] = field(default_factory=dict)
-    metric: Metric = Metric.GPU_TIME    # which clock the variants' numbers are
+    metric: Metric = Metric.gpu_time    # which clock the variants' numbers are
     other: dict[str, dict[str, float]] = field(default_factory=dict)   # the other clock, for reports
     methods: dict[str, str] = field(default_factory=dict)              # variant -> timing method
 

@@ -114,7 +114,7 @@ def test_the_judges_window_costs_are_its_own_measurements(task, gpu_workloads):
     print(f"\nflush in a graph {f.in_graph_ms * 1e3:.2f} us; eager flush + 2 syncs {f.eager_sync_ms * 1e3:.2f} us")
     assert 0 < f.in_graph_ms < f.eager_sync_ms < 5.0
     judge = Judge(EvalJob(task=task.name, candidates=[], workloads=list(gpu_workloads), device="cuda",
-                          metric=Metric.GPU_TIME, tasks_root=str(task.dir.parent)), spawner=None)
+                          metric=Metric.gpu_time, tasks_root=str(task.dir.parent)), spawner=None)
     for w in gpu_workloads:
         t0 = time.perf_counter()
         costs = judge.trusted(w)
@@ -150,7 +150,7 @@ def test_the_protocol_adds_little_per_candidate(task, gpu_workloads):
         starts, checks = [], []
         for i in range(3):
             judge = Timed(EvalJob(task=task.name, candidates=[(k.GOOD, f"c{i}")], workloads=[w], device="cuda",
-                                  metric=Metric.GPU_TIME, tasks_root=str(task.dir.parent), timeout_s=300), spawner)
+                                  metric=Metric.gpu_time, tasks_root=str(task.dir.parent), timeout_s=300), spawner)
             c = judge.cands[0]
             t0 = time.perf_counter()
             judge.start(c, i)

@@ -132,7 +132,7 @@ def gpu_judge(monkeypatch, task, workloads):
 
     def make(script, trials=3):
         job = EvalJob(task=TASK, candidates=[("# scripted", "scripted")], workloads=list(workloads), device="cpu",
-                      metric=Metric.GPU_TIME, trials=trials, check_trials=1, warmup=1, timeout_s=60, floor_check=False)
+                      metric=Metric.gpu_time, trials=trials, check_trials=1, warmup=1, timeout_s=60, floor_check=False)
         j = Judge(job, ScriptedSpawner(task, script))
         j.on_gpu = True
         j.costs = {w.name: COSTS for w in workloads}
