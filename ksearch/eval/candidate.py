@@ -153,9 +153,8 @@ def _load(k: _Kernel) -> dict[str, Any]:
                                 name_hint=str(k.payload.get("name_hint", "cand")))
         return {"ok": True}
     except BaseException as e:      # noqa: BLE001 - a module body may raise anything, SystemExit too
-        syntax = isinstance(e.__cause__ or e, SyntaxError)
         return {"ok": False, "status": Status.COMPILE_ERROR, "message": f"{type(e).__name__}: {e}"[:1500],
-                "log": traceback.format_exc()[-6000:], "ran_code": not syntax}
+                "log": traceback.format_exc()[-6000:]}
 
 
 class _Server:
@@ -377,7 +376,7 @@ def main(conn: Any, payload: dict[str, Any]) -> None:
     except BaseException as e:      # noqa: BLE001
         channel.send({"ok": False, "status": Status.RUNTIME_ERROR,
                       "message": f"the candidate's sandbox did not start: {type(e).__name__}: {e}"[:1500],
-                      "log": traceback.format_exc()[-6000:], "ran_code": False})
+                      "log": traceback.format_exc()[-6000:]})
         return
     reply = _load(k)
     send(reply)

@@ -140,7 +140,6 @@ class _Cand:
     child: Any = None
     deadline: float = 0.0
     prev_outputs: list[Any] | None = None
-    ran_code: bool = True
     samples: dict[str, list[float]] = field(default_factory=dict)
     sock: socket.socket | None = None           # the connection's socket, for handing over shared memory
     windows: dict[str, int] = field(default_factory=dict)    # timed windows drawn per workload
@@ -333,7 +332,6 @@ class Judge:
                    f"{e.message} while loading the source", None)
             return
         if not header.get("ok"):
-            c.ran_code = bool(header.get("ran_code", True))
             c.fail(_claimed(header, Status.COMPILE_ERROR), str(header.get("message", "")), None,
                    log=str(header.get("log", "")))
 
@@ -547,8 +545,8 @@ class Judge:
         if not self.expect_ok(c, header, w.name):
             return
         est = max(float(header.get("est_ms") or 0.01), 1e-4)
-        # ~25 ms of calls per window and no floor of `iterations` calls: that floor cost a 50 ms prefill call
-        # 2.5 s per replay for no better a median (issue 20).
+        # ~25 ms of calls per window, however long one call is: a fixed count of calls made a 50 ms prefill
+        # call cost 2.5 s per replay for no better a median (issue 20).
         n = self._calls(w, est, GRAPH_TARGET_MS, costs, 1)
         why = self._capture(c, w, n)
         if why is None:

@@ -10,7 +10,7 @@ Pure torch (and the typed statuses); nothing heavier, so worker processes stay l
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,7 +25,6 @@ class CheckResult:
     max_abs_error: float = 0.0
     max_rel_error: float = 0.0
     matched_ratio: float = 1.0
-    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:

@@ -216,11 +216,6 @@ def _cost(h: RunHistory) -> str:
             f"| evaluations | {len(h.evaluations)} |\n")
 
 
-def _score_name(h: RunHistory) -> str:
-    report = h.best_report()
-    return (report.score_name or "score").replace("_", " ") if report else "score"
-
-
 def _md(text: str) -> str:
     """Text safe inside a markdown table cell."""
     return str(text).replace("|", "\\|").replace("\n", " ")

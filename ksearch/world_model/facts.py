@@ -114,7 +114,6 @@ class NodeFacts:
     base_id: str | None
     base_is_root: bool
     family_id: str | None
-    structural: bool
     score: float | None
     parent_score: float | None
     base_kernel_score: float | None
@@ -141,6 +140,6 @@ def facts(wm: WorldModel, node: Node) -> NodeFacts:
     base, fam = base_node(wm, node), family_of(wm, node)
     return NodeFacts(node_id=node.node_id, base_id=base.node_id if base else None,
                      base_is_root=base is not None and base.is_root, family_id=fam.node_id if fam else None,
-                     structural=is_structural(node), score=measured_score(node), parent_score=parent_score(wm, node),
+                     score=measured_score(node), parent_score=parent_score(wm, node),
                      base_kernel_score=base_kernel_score(wm, node), predicted=predicted_speedup(node),
                      measured=measured_speedup(wm, node))
