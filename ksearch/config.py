@@ -164,8 +164,10 @@ class LLMConfig(Checked):
     api_base: Optional[str] = setting(None, text(optional=True))    # an OpenAI-compatible server, e.g. a local vLLM
     reasoning_effort: Optional[ReasoningEffort] = None              # for models that reason
     edit_retries: int = setting(3, integer(0))                      # re-asks when an edit script is invalid
-    max_cost_usd: Optional[float] = setting(None, number(above=0, optional=True))  # budget: the run ends cleanly once spent
-    max_requests: Optional[int] = setting(None, integer(1, optional=True))  # budget: model requests (replayed ones are free)
+    #: budgets: the run ends cleanly once this much is spent, or this many requests were made (replayed
+    #: ones are free)
+    max_cost_usd: Optional[float] = setting(None, number(above=0, optional=True))
+    max_requests: Optional[int] = setting(None, integer(1, optional=True))
     replay: Optional[str] = None          # RUN_DIR: answer every request from that run's recorded replies
     replay_measurements: bool = True      # with replay: also take that run's measurements (exact re-run)
     cache_dir: Optional[str] = setting(None, text(optional=True))   # shared response cache (default: the run's own)
@@ -185,13 +187,14 @@ class SearchConfig(Checked):
     max_rounds_per_cycle: int = setting(3, integer(1))      # hard cap on a cycle's length
     max_difficulty: int = setting(4, integer(1, 5))         # selection cap; never raised by the search
     max_failed_cycles: int = setting(2, integer(1))         # a node with this many failed cycles is retired
-    max_new_nodes: int = setting(3, integer(1))             # per edit script (the initial world model may add up to 8)
+    max_new_nodes: int = setting(3, integer(1))             # per edit script (the initial world model: up to 8)
     improvement_margin: float = setting(0.01, number(0, 1))  # relative gain that counts as an improvement
-    explore_weight: float = setting(0.35, number(0))        # bonus for actions in little-tried kernel families (0 = greedy)
-    seed_solution: Optional[str] = None   # a kernel file (or FlashInfer-Bench Solution JSON) to evaluate first, attached to the root
+    explore_weight: float = setting(0.35, number(0))        # bonus for little-tried kernel families (0 = greedy)
+    #: a kernel file (or FlashInfer-Bench Solution JSON) to evaluate first, attached to the root
+    seed_solution: Optional[str] = None
     policy: Policy = Policy.learned
     language: Language = Language.triton  # what code requests ask for (either is accepted)
-    parallel: int = setting(1, integer(1))                  # action cycles in flight at once, on different frontier nodes
+    parallel: int = setting(1, integer(1))                  # action cycles in flight at once, on different nodes
 
 
 @dataclass
@@ -209,14 +212,14 @@ class EvalConfig(Checked):
     iterations: int = setting(50, integer(1))
     cpu_warmup: int = setting(0, integer(0))
     cpu_iterations: int = setting(1, integer(1))
-    trials: int = setting(3, integer(1))                    # timing trials per workload (GPU); their spread is the noise
-    check_trials: int = setting(2, integer(1))              # correctness checks per workload, each on fresh random inputs
+    trials: int = setting(3, integer(1))                    # timing trials per workload (GPU): their spread is noise
+    check_trials: int = setting(2, integer(1))              # correctness checks per workload, each on fresh inputs
     static_checks: bool = True            # refuse forbidden source (reference imports, file/network, timer patches)
     remeasure_near_ties: bool = True      # re-measure a candidate within noise of the best, interleaved
     metric: Metric = Metric.gpu_time      # the score's clock on a GPU (a CPU has only call latency)
     pool: PoolKind = PoolKind.local
-    ray_address: Optional[str] = setting(None, text(optional=True))  # with pool=ray: the cluster to join (None: start one)
-    validate: Optional[str] = setting("auto", text(optional=True))   # held-out workload set to confirm the best on (None: skip)
+    ray_address: Optional[str] = setting(None, text(optional=True))  # pool=ray: the cluster to join (None: start one)
+    validate: Optional[str] = setting("auto", text(optional=True))   # held-out set to confirm the best on (None: skip)
 
 
 @dataclass

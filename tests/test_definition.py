@@ -22,7 +22,8 @@ def test_a_definition_reads_back_what_it_writes(doc):
 @pytest.mark.parametrize("edit,message", [
     (lambda d: {**d, "inputs": {**d["inputs"], "mask": {"shape": ["B"], "dtype": "float99"}}},
      "definition: inputs.mask.dtype: unknown dtype 'float99'"),
-    (lambda d: {**d, "outputs": {"out": {"dtype": "float32"}}}, "definition: outputs.out.shape: required field missing"),
+    (lambda d: {**d, "outputs": {"out": {"dtype": "float32"}}},
+     "definition: outputs.out.shape: required field missing"),
     (lambda d: {**d, "inputs": {**d["inputs"], "x": {"shape": ["Q"], "dtype": "float32"}}},
      "definition: inputs.x: shape uses undeclared axes ['Q']"),
     (lambda d: {**d, "inputs": {}}, "definition: inputs: a definition needs at least one tensor there"),

@@ -71,3 +71,39 @@ def test_a_candidate_may_claim_only_its_own_failures():
     assert _claimed({"status": "INCORRECT_LATE_WRITE"}, Status.RUNTIME_ERROR) is Status.INCORRECT_LATE_WRITE
     for claim in ("PASSED", "INCORRECT_TIMING", "INCORRECT_TAMPERING", "bogus", ["INCORRECT_SHAPE"], None):
         assert _claimed({"status": claim}, Status.COMPILE_ERROR) is Status.COMPILE_ERROR
+
+
+def test_a_judgement_and_a_baseline_job_are_told_the_same_clock_and_seed(tmp_path):
+    """Both jobs take the fields they share from the evaluator's settings in one place (ksearch.eval.job)."""
+    from dataclasses import fields
+    from types import SimpleNamespace
+
+    from ksearch.eval import evaluator
+    from ksearch.eval.job import Job
+
+    jobs = {}
+
+    class Recorder:
+        pid = 1
+
+        def alive(self):
+            return True
+
+        def request(self, kind, payload, timeout, startup_timeout):
+            jobs[kind] = payload
+            value = [EvalReport("s", Status.PASSED, "cuda")] if kind == "judge" else None
+            return evaluator.Reply("ok", value, "", 0)
+
+        def kill(self):
+            pass
+
+    ev = evaluator.Evaluator.__new__(evaluator.Evaluator)
+    ev.settings = EvalSettings(device="cuda", metric="call_latency", run_seed=7, warmup=2, trials=4,
+                               static_checks=False)
+    ev.notify, ev._worker = None, Recorder()
+    ev.task = SimpleNamespace(name="t", dir=tmp_path / "t")
+    ev.evaluate("def run(): pass\n", "s", [], None)
+    ev.measure_baselines([])
+    shared = [f.name for f in fields(Job)]
+    assert {k: getattr(jobs["judge"], k) for k in shared} == {k: getattr(jobs["baseline"], k) for k in shared}
+    assert jobs["judge"].metric is Metric.call_latency and jobs["baseline"].run_seed == 7

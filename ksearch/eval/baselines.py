@@ -26,6 +26,7 @@ from typing import Any, Callable
 import torch
 
 from ksearch.eval import gputime
+from ksearch.eval.job import Job
 from ksearch.eval.noise import noise_floor, relative_spread
 from ksearch.eval.report import BaselineTimes, Metric, TimingMethod
 from ksearch.eval.rules import check_outputs, normalize_outputs
@@ -42,16 +43,8 @@ CPU_BUDGET_S = 1.0          # per workload and variant, once CPU_MIN_ROUNDS roun
 _TASKS: dict[tuple[str, str | None], Task] = {}
 
 
-@dataclass
-class BaselineJob:
-    task: str
-    workloads: list[Workload]
-    device: str
-    metric: Metric                  # the clock the variants' numbers are (see report.score_metric)
-    run_seed: int = 0
-    warmup: int = 10
-    trials: int = 3
-    tasks_root: str | None = None
+@dataclass(kw_only=True)
+class BaselineJob(Job):
     variants: list[str] = field(default_factory=list)   # empty: all the task offers
     time_reference: bool = False                        # also time the PyTorch reference (bench)
 

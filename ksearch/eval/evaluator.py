@@ -169,6 +169,12 @@ class Evaluator:
         self.close()
 
     # ---- jobs ------------------------------------------------------------------------------------------
+    def _job(self, workloads: list[Workload]) -> dict[str, Any]:
+        """The fields every job of this evaluator shares (ksearch.eval.job.Job)."""
+        s = self.settings
+        return dict(task=self.task.name, workloads=list(workloads), device=s.device, metric=s.metric,
+                    run_seed=s.run_seed, warmup=s.warmup, trials=s.trials, tasks_root=str(self.task.dir.parent))
+
     def _static_refusal(self, source: str, solution_id: str) -> EvalReport | None:
         if not self.settings.static_checks or _language(source) != "python":
             return None
@@ -188,11 +194,9 @@ class Evaluator:
         todo = [i for i, r in enumerate(reports) if r is None]
         kind = "static"
         if todo:
-            job = EvalJob(task=self.task.name, candidates=[entries[i] for i in todo], workloads=list(workloads),
-                          device=s.device, metric=s.metric, run_seed=s.run_seed, warmup=s.warmup,
-                          trials=s.trials, check_trials=s.check_trials, nonce=nonce,
-                          tasks_root=str(self.task.dir.parent),
-                          timeout_s=s.timeout_s, sandbox=s.sandbox, floor_check=s.floor_check)
+            job = EvalJob(**self._job(workloads), candidates=[entries[i] for i in todo],
+                          check_trials=s.check_trials, nonce=nonce, timeout_s=s.timeout_s, sandbox=s.sandbox,
+                          floor_check=s.floor_check)
             # The judge enforces each candidate's own limit; this one only catches a stuck judge.
             names = ", ".join(entries[i][1] for i in todo[:3]) + (" ..." if len(todo) > 3 else "")
             reply = self._request("judge", job, s.timeout_s * len(todo) + 120.0,
@@ -260,9 +264,7 @@ class Evaluator:
         from ksearch.eval.baselines import BaselineJob
 
         s = self.settings
-        job = BaselineJob(task=self.task.name, workloads=list(workloads), device=s.device, metric=s.metric,
-                          run_seed=s.run_seed, warmup=s.warmup, trials=s.trials,
-                          tasks_root=str(self.task.dir.parent), time_reference=time_reference)
+        job = BaselineJob(**self._job(workloads), time_reference=time_reference)
         # FlashInfer JIT-compiles each module on first use (~30 s); allow for it.
         reply = self._request("baseline", job, max(s.timeout_s, 600.0),
                               f"measuring the baselines on {len(workloads)} workloads")

@@ -54,6 +54,7 @@ import torch
 
 from ksearch.eval import exchange, wire
 from ksearch.eval.gputime import per_call_ms
+from ksearch.eval.job import Job
 from ksearch.eval.noise import noise_floor, relative_spread
 from ksearch.eval.report import (CANDIDATE_STATUSES, EvalReport, Metric, Status, TimingMethod,
                                  WorkloadResult)
@@ -75,21 +76,13 @@ UNASKED = ("sent a message before the judge asked for one (a reply ahead of its 
            "only after a request, and only the outputs the judge then copies and verifies count")
 
 
-@dataclass
-class EvalJob:
+@dataclass(kw_only=True)
+class EvalJob(Job):
     """Judge one or more candidates (source, solution_id) on `workloads`."""
 
-    task: str
     candidates: list[tuple[str, str]]
-    workloads: list[Workload]
-    device: str
-    metric: Metric                  # the clock that becomes latency_ms, the score's (see report.score_metric)
-    run_seed: int = 0
-    warmup: int = 10
-    trials: int = 3
     check_trials: int = 2
     nonce: int | None = None        # seeds the fresh inputs; None draws one at random
-    tasks_root: str | None = None
     entry: str = "run"
     timeout_s: float = 300.0        # per candidate
     sandbox: bool = True            # audit hooks in the candidate's process
