@@ -107,3 +107,14 @@ def test_a_judgement_and_a_baseline_job_are_told_the_same_clock_and_seed(tmp_pat
     shared = [f.name for f in fields(Job)]
     assert {k: getattr(jobs["judge"], k) for k in shared} == {k: getattr(jobs["baseline"], k) for k in shared}
     assert jobs["judge"].metric is Metric.call_latency and jobs["baseline"].run_seed == 7
+
+
+def test_a_nodes_status_is_a_member_and_the_views_list_them_in_its_order(capsys, tmp_path):
+    from ksearch.cli import _statuses
+    from ksearch.world_model import Action, Node, NodeStatus
+
+    assert Node("a", "root", action=Action("t")).status is NodeStatus.open
+    assert Node("a", "root", action=Action("t"), retired=True).status == "failed"
+    with pytest.raises(KeyError, match="node statuses are open, closed, failed, pruned, decision"):
+        _statuses("open,bogus")
+    assert _statuses("closed, open") == {"closed", "open"}

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ksearch.store.best_manifest import BestKind, BestManifest
 from ksearch.store.short_ids import ShortIds
 from ksearch.world_model import Node, WorldModel
+from ksearch.world_model.node import NodeStatus
 from ksearch.world_model.facts import facts
 
 
@@ -27,7 +28,7 @@ class NodeRow:
     short: str
     parent_id: str | None
     depth: int
-    status: str                 # Node.status: open, closed, failed, pruned, decision
+    status: NodeStatus
     title: str
     family: str | None          # the family's full node id
     score: float | None
