@@ -109,7 +109,7 @@ def test_a_judgement_and_a_baseline_job_are_told_the_same_clock_and_seed(tmp_pat
     assert jobs["judge"].metric is Metric.call_latency and jobs["baseline"].run_seed == 7
 
 
-def test_a_nodes_status_is_a_member_and_the_views_list_them_in_its_order(capsys, tmp_path):
+def test_a_nodes_status_is_a_member_and_the_views_list_them_in_its_order():
     from ksearch.cli import _statuses
     from ksearch.world_model import Action, Node, NodeStatus
 
