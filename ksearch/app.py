@@ -29,25 +29,37 @@ def _task_dir_override(overrides: list[str]) -> str | None:
 
 
 def checked(cfg: DictConfig) -> DictConfig:
-    """`cfg` against the schema (keys added with `+` included) and every rule of ksearch.config_validate."""
-    from ksearch.config_validate import violations
+    """`cfg` against the schema (keys added with `+` included), every setting's own checks (ksearch.config)
+    and the machine's (ksearch.config_validate)."""
+    from ksearch.config import problems, to_plain
+    from ksearch.config_validate import leaf_keys, violations
 
-    from ksearch.config_validate import leaf_keys
-
-    plain = to_plain_config(cfg)
-    known = set(leaf_keys(to_plain_config(OmegaConf.structured(Config))))    # type: ignore[arg-type]
+    plain = to_plain(cfg)
+    known = set(leaf_keys(to_plain(OmegaConf.structured(Config))))
     unknown = sorted(set(leaf_keys(plain)) - known)
     if unknown:
         raise ConfigError(f"{', '.join(unknown)}: not a setting of ksearch (a `+key=` override cannot add one); "
                           f"ksearch/config.py lists the settings")
-    bad = violations(plain)
+    bad = problems(cfg) + violations(plain)
     if bad:
         raise ConfigError("; ".join(bad))
     return cfg
 
 
-def to_plain_config(cfg: DictConfig) -> dict[str, Any]:
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+def _not_a_value(e: Exception) -> str | None:
+    """OmegaConf's refusal of a value its setting's type does not take, as `key=value: must be ...`."""
+    from ksearch.config import refusal
+
+    for err in (e, e.__cause__):
+        key, value = getattr(err, "full_key", None), getattr(err, "value", None)
+        problem = refusal(str(key), value) if key else None
+        if problem:
+            return problem
+    return None
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 def compose_config(overrides: list[str]) -> DictConfig:
@@ -74,8 +86,8 @@ def compose_config(overrides: list[str]) -> DictConfig:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
             cfg = compose(config_name="config", overrides=overrides)
     except (HydraException, OmegaConfBaseException) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"{first} (overrides look like group=option or key.sub=value)") from None
+        raise ConfigError(_not_a_value(e) or f"{_first_line(e)} (overrides look like group=option or "
+                                                f"key.sub=value)") from None
     return checked(cfg)
 
 
@@ -106,7 +118,7 @@ def load_saved_config(run_dir: Path, overrides: list[str]) -> DictConfig:
         if overrides:
             cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([o.lstrip("+") for o in overrides]))
     except OmegaConfBaseException as e:
-        raise ConfigError(f"{str(e).strip().splitlines()[0]}") from None
+        raise ConfigError(_not_a_value(e) or _first_line(e)) from None
     if cfg.task.get("dir"):
         add_task_dirs(cfg.task.dir)
     return checked(cfg)  # type: ignore[arg-type]
@@ -147,8 +159,7 @@ def resolve_eval(cfg: DictConfig, task: Any) -> tuple[str, str, list[Any], Any]:
         workloads = sets[set_name]
     settings = EvalSettings(device=device, timeout_s=cfg.eval.timeout_s,
                             warmup=cfg.eval.warmup if on_gpu else cfg.eval.cpu_warmup,
-                            iterations=cfg.eval.iterations if on_gpu else cfg.eval.cpu_iterations,
-                            run_seed=cfg.run.seed,
+                            run_seed=cfg.run.seed, metric=cfg.eval.metric,
                             # on a CPU the checked calls are the timing samples: no extra interpreted calls
                             trials=cfg.eval.trials if on_gpu else min(cfg.eval.trials, cfg.eval.check_trials),
                             check_trials=cfg.eval.check_trials,
@@ -204,7 +215,7 @@ def check_llm_credentials(cfg: DictConfig) -> None:
 
 
 def _model_settings(cfg: DictConfig) -> dict[str, Any]:
-    llm = OmegaConf.to_container(cfg.llm) if isinstance(cfg.llm, DictConfig) else dict(cfg.llm)
+    llm = OmegaConf.to_container(cfg.llm, enum_to_str=True) if isinstance(cfg.llm, DictConfig) else dict(cfg.llm)
     return {k: v for k, v in llm.items() if k not in ("kind", "replay_measurements")}
 
 

@@ -195,14 +195,14 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _statuses(text: str | None) -> set[str] | None:
-    from ksearch.viz.tree_view import NODE_STATUSES
+    from ksearch.world_model.node import NodeStatus
 
     if not text:
         return None
     wanted = {s.strip() for s in text.split(",") if s.strip()}
-    bad = wanted - set(NODE_STATUSES)
+    bad = wanted - set(NodeStatus)
     if bad:
-        raise KeyError(f"--status {','.join(sorted(bad))}: node statuses are {', '.join(NODE_STATUSES)} "
+        raise KeyError(f"--status {','.join(sorted(bad))}: node statuses are {', '.join(NodeStatus)} "
                        f"(comma-separated for several)")
     return wanted
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ksearch.atomic import atomic_write
+from ksearch.eval.report import Status
 from ksearch.fib import (FibCorrectness, FibEvaluation, FibPerformance, FibTrace, FibWorkload, to_fib)
 from ksearch.instantiate.solution import Solution
 from ksearch.store.best_manifest import BestManifest, manifest_from_history
@@ -66,7 +67,7 @@ def traces_of(history: Any, definition: dict[str, Any] | None, names: dict[str, 
         for w in rep.workloads:
             wl = workloads.get(w.workload, {"name": w.workload, "axes": {}, "params": {}})
             ref = w.baseline_ms or baseline.get(w.workload)
-            passed = w.status == "PASSED"
+            passed = w.status == Status.PASSED
             perf = FibPerformance(latency_ms=w.latency_ms, reference_latency_ms=ref,
                                   speedup_factor=(ref / w.latency_ms) if passed and ref and w.latency_ms else None)
             out.append(FibTrace(

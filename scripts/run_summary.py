@@ -15,6 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from ksearch.eval.report import Status
 from ksearch.store.journal import read_journal
 
 
@@ -36,7 +37,7 @@ def summarize(run: Path) -> tuple[bool, str]:
     wall_min = (max(t) - min(t)) / 60 if len(t) > 1 else 0.0
     best_path = run / "best" / "report.json"
     best = json.loads(best_path.read_text()) if best_path.exists() else {}
-    ok = best.get("status") == "PASSED"
+    ok = best.get("status") == Status.PASSED
     score = best.get("score")
     fb = [v for v in feedback.values() if v]
     line = (f"{task}: {'PASSED' if ok else 'NO PASSED BEST'} best {score if score is None else f'{score:.4g}x'}"

@@ -28,7 +28,7 @@ BROKEN = "def run(*args):\n    return (\n"
 
 
 def _settings(**kw):
-    base = dict(device="cpu", timeout_s=20, warmup=0, iterations=1, trials=3, check_trials=2)
+    base = dict(device="cpu", timeout_s=20, warmup=0, trials=3, check_trials=2)
     base.update(kw)
     return EvalSettings(**base)
 

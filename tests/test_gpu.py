@@ -14,7 +14,7 @@ def test_families_pass_feedback_workloads_on_gpu(task_name):
     task = load_task(task_name)
     cat = load_catalog(task.strategies_dir, task.name)
     workloads = task.workload_set("feedback")
-    with Evaluator(task, EvalSettings(device="cuda", timeout_s=600, warmup=2, iterations=5)) as ev:
+    with Evaluator(task, EvalSettings(device="cuda", timeout_s=600, warmup=2)) as ev:
         baseline = ev.measure_baselines(workloads)
         assert not baseline.failures, baseline.failures
         for fam in cat.families:

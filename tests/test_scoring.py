@@ -7,11 +7,12 @@ import math
 
 import pytest
 
-from ksearch.eval.report import PASSED, BaselineTimes, EvalReport, WorkloadResult, geomean, score_report
+from ksearch.eval.report import BaselineTimes, EvalReport, Status, WorkloadResult, geomean, score_report
 
 
 def _report(lat: dict[str, float]) -> EvalReport:
-    return EvalReport("k", PASSED, "cuda", workloads=[WorkloadResult(w, PASSED, latency_ms=ms) for w, ms in lat.items()])
+    return EvalReport("k", Status.PASSED, "cuda",
+                      workloads=[WorkloadResult(w, Status.PASSED, latency_ms=ms) for w, ms in lat.items()])
 
 
 def test_a_zero_baseline_of_one_variant_leaves_the_other():

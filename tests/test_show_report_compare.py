@@ -175,8 +175,8 @@ def test_predicted_vs_measured_is_against_the_parent(toy_run):
 def test_predictions_look_through_split_nodes_and_prefer_the_frozen_one():
     from types import SimpleNamespace
 
-    from ksearch.viz.speedups import families, predicted_speedup
     from ksearch.world_model import WorldModel
+    from ksearch.world_model.facts import families, predicted_speedup
 
     tree = {"nodes": [_node("root", None), Node("s", "root", decision="split").to_json(),
                       _node("a", "s", 1.5, 1.2, "sa"), _node("b", "a", 2.0, 1.8, "sb")]}

@@ -11,8 +11,8 @@ from ksearch.cli import main
 from ksearch.store import load_history
 from ksearch.store.best_manifest import BestKind, manifest_from_history
 from ksearch.store.short_ids import ShortIds
-from ksearch.viz.speedups import families
 from ksearch.viz.tree_view import render_tree
+from ksearch.world_model.facts import families
 from tests.test_show_report_compare import recorded_run, write_synthetic_run
 
 _ID = re.compile(r"(?:^|[─━] )(n\d+) ")

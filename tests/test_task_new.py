@@ -114,6 +114,8 @@ def test_the_offline_model_finds_a_passing_kernel(rmsnorm_dir, tmp_path, capsys)
     (lambda t: t.replace("rating: 7.0", "rating: 70"), "rating"),
     (lambda t: t.replace("template: single_pass.py.j2", "template: missing.py.j2"), "missing.py.j2 not found"),
     (lambda t: t.replace("    template: chunked_rows.py.j2", "    templat: chunked_rows.py.j2"), "templat"),
+    (lambda t: t.replace("        doc: elements per chunk", "        name: BLOCK_W"), "a knob's name is its key"),
+    (lambda t: "task: other\n" + t, "task: Extra inputs are not permitted"),
 ])
 def test_a_broken_catalog_names_what_is_wrong(rmsnorm_dir, edit, needle):
     from ksearch.task.catalog import CatalogError

@@ -230,7 +230,7 @@ def test_every_family_passes_tiny_through_the_evaluator(task):
     cat = _catalog(task)
     workloads = task.workload_set("tiny")
     baseline = BaselineTimes("cpu", {"reference": {w.name: 1.0 for w in workloads}}, "fixed 1 ms")
-    settings = EvalSettings(device="cpu", timeout_s=600, warmup=0, iterations=1, trials=2, check_trials=2)
+    settings = EvalSettings(device="cpu", timeout_s=600, warmup=0, trials=2, check_trials=2)
     with Evaluator(task, settings) as ev:
         for fam in cat.families:
             report = ev.evaluate(cat.render(fam.name, {}), fam.name, workloads, baseline)

@@ -73,7 +73,7 @@ def test_a_cuda_solution_builds_and_passes_inside_the_walls():
     if shutil.which("nvcc") is None and not cpp_extension.CUDA_HOME:
         pytest.skip("no nvcc here")
     from ksearch.eval.evaluator import EvalSettings, Evaluator
-    from ksearch.eval.report import PASSED, BaselineTimes
+    from ksearch.eval.report import BaselineTimes, Status
     from ksearch.task import load_task
 
     task = load_task("gqa_paged_decode_h32_kv4_d128_ps1")
@@ -83,4 +83,4 @@ def test_a_cuda_solution_builds_and_passes_inside_the_walls():
     with Evaluator(task, EvalSettings(device="cuda", timeout_s=900, trials=2, check_trials=2)) as ev:
         r = ev.evaluate(source, "gqa_naive_cuda", workloads, base)
     print(f"\nCUDA solution inside the walls: {r.summary()}; sandbox: {r.env.get('sandbox')}")
-    assert r.status == PASSED, r.summary() + r.log[-4000:]
+    assert r.status == Status.PASSED, r.summary() + r.log[-4000:]

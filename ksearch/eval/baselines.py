@@ -26,8 +26,9 @@ from typing import Any, Callable
 import torch
 
 from ksearch.eval import gputime
+from ksearch.eval.job import Job
 from ksearch.eval.noise import noise_floor, relative_spread
-from ksearch.eval.report import BaselineTimes
+from ksearch.eval.report import BaselineTimes, Metric, TimingMethod
 from ksearch.eval.rules import check_outputs, normalize_outputs
 from ksearch.task import Task, Workload, load_task
 
@@ -42,19 +43,10 @@ CPU_BUDGET_S = 1.0          # per workload and variant, once CPU_MIN_ROUNDS roun
 _TASKS: dict[tuple[str, str | None], Task] = {}
 
 
-@dataclass
-class BaselineJob:
-    task: str
-    workloads: list[Workload]
-    device: str
-    run_seed: int = 0
-    warmup: int = 10
-    iterations: int = 50            # not used: a GPU replay holds ~25 ms of calls (eval.iterations stays a key)
-    trials: int = 3
-    tasks_root: str | None = None
+@dataclass(kw_only=True)
+class BaselineJob(Job):
     variants: list[str] = field(default_factory=list)   # empty: all the task offers
     time_reference: bool = False                        # also time the PyTorch reference (bench)
-    metric: str = "gpu_time"
 
 
 def get_task(name: str, root: str | None) -> Task:
@@ -94,15 +86,15 @@ def _cpu_rounds(fn: Callable[[int], Any], warmup: int, trials: int, floor: float
 
 
 def time_subject(call: Callable[[], Any], device: str, warmup: int, trials: int
-                 ) -> tuple[dict[str, list[float]], str]:
-    """{"gpu_time": per-round ms, "call_latency": per-round ms} for a trusted zero-argument call, and the
+                 ) -> tuple[dict[Metric, list[float]], TimingMethod]:
+    """Per-round ms on each clock (a CPU has only call latency) for a trusted zero-argument call, and the
     GPU-time method used."""
     on_gpu = device.startswith("cuda")
     floor = noise_floor(device)
     fn: Callable[[int], Any] = lambda _i: call()
     if not on_gpu:
         with torch.no_grad():
-            return {"call_latency": _cpu_rounds(fn, warmup, trials, floor)}, "wall_clock_cpu"
+            return {Metric.call_latency: _cpu_rounds(fn, warmup, trials, floor)}, TimingMethod.wall_clock_cpu
     with torch.no_grad():
         for _ in range(max(1, warmup)):
             fn(0)
@@ -116,27 +108,18 @@ def time_subject(call: Callable[[], Any], device: str, warmup: int, trials: int
     n = gputime.iterations_for(GRAPH_TARGET_MS, est)      # ~25 ms of calls per replay (as the judge does)
     timer = gputime.GraphTimer(fn, 1, n)
     cap = timer.build()
-    method = "cuda_graph"
+    method = TimingMethod.cuda_graph
     if cap.call_graph is not None:
         timer.replay("call")
         timer.replay("flush")
-
-        def one() -> float:
-            walls = {}
-            for which in ("call", "flush"):
-                torch.cuda.synchronize()
-                t0 = _perf()
-                timer.replay(which)
-                walls[which] = (_perf() - t0) * 1e3
-            return max(walls["call"] - walls["flush"], 0.0) / n
-        gpu = _until_steady(one, floor, max(3, trials))
+        gpu = _until_steady(timer.gpu_ms, floor, max(3, trials))
     else:
-        method = "cupti"
+        method = TimingMethod.cupti
         gpu = _until_steady(lambda: statistics.median(gputime.cupti_times(fn, 1, min(n, 50)) or [float("nan")]),
                             floor, max(3, trials))
     del timer, cap
     lat = _until_steady(lambda: gputime.eager_ms(fn, 1, n, device, 1)[0], floor, max(3, trials))
-    return {"gpu_time": gpu, "call_latency": lat}, method
+    return {Metric.gpu_time: gpu, Metric.call_latency: lat}, method
 
 
 def _perf() -> float:
@@ -165,8 +148,8 @@ def measure_baselines(job: BaselineJob) -> BaselineTimes:
     factories = task.baselines() if on_gpu else {}
     if job.variants:
         factories = {k: v for k, v in factories.items() if k in job.variants}
-    clocks: dict[str, dict[str, dict[str, list[float]]]] = {}     # variant -> clock -> workload -> rounds
-    methods: dict[str, str] = {}
+    clocks: dict[str, dict[Metric, dict[str, list[float]]]] = {}  # variant -> clock -> workload -> rounds
+    methods: dict[str, TimingMethod] = {}
     failures: dict[str, str] = {}
     c = task.correctness
     ref_rounds: dict[str, list[float]] = {}
@@ -192,19 +175,19 @@ def measure_baselines(job: BaselineJob) -> BaselineTimes:
             fn = task.reference
             if on_gpu:      # a slow PyTorch program on large shapes, for information only (bench)
                 got_clocks, _ = time_subject(lambda: fn(**inputs), job.device, 1, 1)
-                ref_rounds[w.name] = got_clocks.get("gpu_time") or got_clocks["call_latency"]
+                ref_rounds[w.name] = got_clocks.get(Metric.gpu_time) or got_clocks[Metric.call_latency]
             else:           # the CPU baseline: cheap next to an interpreted kernel
                 got_clocks, methods["reference"] = time_subject(lambda: fn(**inputs), job.device, 2,
                                                                 max(3, job.trials))
-                ref_rounds[w.name] = got_clocks["call_latency"]
+                ref_rounds[w.name] = got_clocks[Metric.call_latency]
         del inputs, ref
     if on_gpu:      # the worker lives on beside the candidates' processes: give the cached blocks back
         torch.cuda.empty_cache()
     floor = noise_floor(job.device)
     complete = {k: v for k, v in clocks.items() if k not in failures
                 and all(len(t) == len(job.workloads) for t in v.values())}
-    metric = job.metric if on_gpu else "call_latency"
-    other_clock = "call_latency" if metric == "gpu_time" else "gpu_time"
+    metric = job.metric
+    other_clock = Metric.call_latency if metric == Metric.gpu_time else Metric.gpu_time
     med = statistics.median
     variants = {k: {w: med(r) for w, r in v[metric].items()} for k, v in complete.items() if metric in v}
     spread = {k: {w: relative_spread(r, floor) for w, r in v[metric].items()} for k, v in complete.items()

@@ -46,6 +46,7 @@ import torch
 from ksearch.eval import exchange, gputime
 from ksearch.eval.channel import CandidateChannel
 from ksearch.eval.memory import scrub
+from ksearch.eval.report import Status
 from ksearch.eval.rules import normalize_outputs
 
 
@@ -88,7 +89,7 @@ def _storage(t: Any) -> int | None:
 def _runtime_error(e: BaseException) -> dict[str, Any]:
     """The reply for an exception the candidate's code raised (out of memory named as such)."""
     oom = isinstance(e, (torch.OutOfMemoryError, MemoryError))
-    return {"ok": False, "status": "RUNTIME_ERROR",
+    return {"ok": False, "status": Status.RUNTIME_ERROR,
             "message": f"{type(e).__name__}{' (out of memory)' if oom else ''}: {e}"[:1500],
             "log": traceback.format_exc()[-6000:]}
 
@@ -98,17 +99,17 @@ def _misfit(outs: list[Any], slots: list[torch.Tensor], names: list[str], device
     for name, o, slot in zip(names, outs, slots):
         if type(o) is not torch.Tensor:        # noqa: E721 - a subclass could intercept the copy
             what = "a torch.Tensor subclass" if isinstance(o, torch.Tensor) else type(o).__name__
-            return {"status": "INCORRECT_SHAPE", "message": f"{name}: expected a plain torch.Tensor, got {what}"}
+            return {"status": Status.INCORRECT_SHAPE, "message": f"{name}: expected a plain torch.Tensor, got {what}"}
         if o.is_meta:
-            return {"status": "INCORRECT_SHAPE", "message": f"{name}: a meta tensor, which holds no values; "
+            return {"status": Status.INCORRECT_SHAPE, "message": f"{name}: a meta tensor, which holds no values; "
                                                             f"return computed tensors"}
         if o.device.type != torch.device(device).type:
-            return {"status": "INCORRECT_DTYPE", "message": f"{name}: on device {o.device}, expected {device}"}
+            return {"status": Status.INCORRECT_DTYPE, "message": f"{name}: on device {o.device}, expected {device}"}
         if tuple(o.shape) != tuple(slot.shape):
-            return {"status": "INCORRECT_SHAPE", "message": f"{name}: shape {tuple(o.shape)}, expected "
+            return {"status": Status.INCORRECT_SHAPE, "message": f"{name}: shape {tuple(o.shape)}, expected "
                                                             f"{tuple(slot.shape)}"}
         if o.dtype != slot.dtype:
-            return {"status": "INCORRECT_DTYPE", "message": f"{name}: dtype {o.dtype}, expected {slot.dtype}"}
+            return {"status": Status.INCORRECT_DTYPE, "message": f"{name}: dtype {o.dtype}, expected {slot.dtype}"}
     return None
 
 
@@ -152,9 +153,8 @@ def _load(k: _Kernel) -> dict[str, Any]:
                                 name_hint=str(k.payload.get("name_hint", "cand")))
         return {"ok": True}
     except BaseException as e:      # noqa: BLE001 - a module body may raise anything, SystemExit too
-        syntax = isinstance(e.__cause__ or e, SyntaxError)
-        return {"ok": False, "status": "COMPILE_ERROR", "message": f"{type(e).__name__}: {e}"[:1500],
-                "log": traceback.format_exc()[-6000:], "ran_code": not syntax}
+        return {"ok": False, "status": Status.COMPILE_ERROR, "message": f"{type(e).__name__}: {e}"[:1500],
+                "log": traceback.format_exc()[-6000:]}
 
 
 class _Server:
@@ -199,7 +199,7 @@ class _Server:
                 return
             try:
                 handler = ops.get(op)               # type: ignore[arg-type]
-                reply = handler(req, fd) if handler else {"ok": False, "status": "RUNTIME_ERROR",
+                reply = handler(req, fd) if handler else {"ok": False, "status": Status.RUNTIME_ERROR,
                                                           "message": f"unknown request {op!r}"}
             except BaseException as e:  # noqa: BLE001 - candidate code may raise anything
                 if isinstance(e, KeyboardInterrupt):
@@ -238,7 +238,7 @@ class _Server:
             try:
                 outs = self._normalize(raw, k.names)
             except (ValueError, TypeError) as e:    # the wrong number or kind of outputs: a verdict, not a crash
-                outs, problem = [], {"status": "INCORRECT_SHAPE", "message": str(e)[:1500]}
+                outs, problem = [], {"status": Status.INCORRECT_SHAPE, "message": str(e)[:1500]}
             else:
                 problem = self._misfit(outs, shared.outputs, k.names, k.device)
             del raw
@@ -264,7 +264,7 @@ class _Server:
         diag: dict[str, str] = {}
         for name, now, before in zip(k.input_names, last["args"], last["pristine"]):
             if isinstance(before, torch.Tensor) and not _same(now, before):
-                diag = {"status": "INCORRECT_INPUT_MODIFIED",
+                diag = {"status": Status.INCORRECT_INPUT_MODIFIED,
                         "message": f"input {name} changed during the call (inputs are read-only; the call must "
                                    f"leave them as it found them)"}
                 break
@@ -272,16 +272,16 @@ class _Server:
             prev_outs, prev_copy = k.prev
             reused = {_storage(o) for o in outs} - {None} & {_storage(o) for o in prev_outs}
             if reused:
-                diag = {"status": "INCORRECT_LATE_WRITE", "message": "returned the output storage of the "
+                diag = {"status": Status.INCORRECT_LATE_WRITE, "message": "returned the output storage of the "
                         "previous call: an earlier result is overwritten by a later call (allocate outputs per call)"}
             elif not all(_same(o, c) for o, c in zip(prev_outs, prev_copy)):
-                diag = {"status": "INCORRECT_LATE_WRITE", "message": "the outputs of the previous call changed "
+                diag = {"status": Status.INCORRECT_LATE_WRITE, "message": "the outputs of the previous call changed "
                         "during this call: work deferred to a later call is not timed with the call that needs it"}
         if not diag:
             self._sleep(0.002 if not k.on_gpu else 0.0)
             self._sync()
             if not all(_same(o, s) for o, s in zip(outs, shared.outputs)):
-                diag = {"status": "INCORRECT_LATE_WRITE", "message": "outputs changed after the call returned: "
+                diag = {"status": Status.INCORRECT_LATE_WRITE, "message": "outputs changed after the call returned: "
                         "work ran on a stream the call did not wait for, or in a background thread"}
         k.prev = (outs, [self._clone(o) if isinstance(o, torch.Tensor) else o for o in outs])
         shared.close()
@@ -374,9 +374,9 @@ def main(conn: Any, payload: dict[str, Any]) -> None:
         server = _Server(k, channel)
         serve, send = server.serve, channel.send
     except BaseException as e:      # noqa: BLE001
-        channel.send({"ok": False, "status": "RUNTIME_ERROR",
+        channel.send({"ok": False, "status": Status.RUNTIME_ERROR,
                       "message": f"the candidate's sandbox did not start: {type(e).__name__}: {e}"[:1500],
-                      "log": traceback.format_exc()[-6000:], "ran_code": False})
+                      "log": traceback.format_exc()[-6000:]})
         return
     reply = _load(k)
     send(reply)

@@ -24,8 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from ksearch.eval.report import (COMPILE_ERROR, INCORRECT_TAMPERING, RUNTIME_ERROR, TIMEOUT, BaselineTimes,
-                                 EvalReport, score_report)
+from ksearch.eval.report import BaselineTimes, EvalReport, Metric, Status, score_metric, score_report
 from ksearch.eval.sandbox import Reply, WorkerProcess, WorkerStartError
 from ksearch.eval.static_checks import StaticCheckConfig, check_source, refusal_message
 from ksearch.task import Task, Workload
@@ -66,16 +65,18 @@ class EvalSettings:
     device: str                 # "cpu" (Triton interpreter) or "cuda"
     timeout_s: float = 300.0    # per job (one candidate; a re-measurement of n gets n times this)
     warmup: int = 10
-    iterations: int = 50        # timed calls per trial
     run_seed: int = 0           # seeds the baselines' inputs; candidates get fresh inputs every job
     startup_timeout_s: float = 180.0
     trials: int = 3             # timing rounds per workload; their spread is the noise (CPU: check calls count)
     check_trials: int = 2       # correctness checks per workload, each on fresh random inputs
     static_checks: bool = True  # refuse forbidden Python source before it runs
     memory_limit_gb: float | None = None   # CPU candidate address-space cap; None: 3/4 of RAM; 0: no cap
-    metric: str = "gpu_time"    # gpu_time | call_latency: the clock the score uses (CPU: call latency)
+    metric: Metric = Metric.gpu_time    # eval.metric; on a CPU always call latency (`score_metric`)
     sandbox: bool = True        # audit hooks in each candidate's process
     floor_check: bool = True    # a latency below the workload's physical floor is INCORRECT_TIMING
+
+    def __post_init__(self) -> None:
+        self.metric = score_metric(self.device, self.metric)
 
 
 def resolve_device(requested: str) -> str:
@@ -168,13 +169,19 @@ class Evaluator:
         self.close()
 
     # ---- jobs ------------------------------------------------------------------------------------------
+    def _job(self, workloads: list[Workload]) -> dict[str, Any]:
+        """The fields every job of this evaluator shares (ksearch.eval.job.Job)."""
+        s = self.settings
+        return dict(task=self.task.name, workloads=list(workloads), device=s.device, metric=s.metric,
+                    run_seed=s.run_seed, warmup=s.warmup, trials=s.trials, tasks_root=str(self.task.dir.parent))
+
     def _static_refusal(self, source: str, solution_id: str) -> EvalReport | None:
         if not self.settings.static_checks or _language(source) != "python":
             return None
         violations = check_source(source, self.static_config)
         if not violations:
             return None
-        return EvalReport(solution_id, COMPILE_ERROR, self.settings.device, log=refusal_message(violations))
+        return EvalReport(solution_id, Status.COMPILE_ERROR, self.settings.device, log=refusal_message(violations))
 
     def _judge(self, entries: list[tuple[str, str]], workloads: list[Workload], baseline: BaselineTimes | None,
                nonce: int | None = None) -> tuple[list[EvalReport], str]:
@@ -187,11 +194,9 @@ class Evaluator:
         todo = [i for i, r in enumerate(reports) if r is None]
         kind = "static"
         if todo:
-            job = EvalJob(task=self.task.name, candidates=[entries[i] for i in todo], workloads=list(workloads),
-                          device=s.device, run_seed=s.run_seed, warmup=s.warmup, iterations=s.iterations,
-                          trials=s.trials, check_trials=s.check_trials, nonce=nonce,
-                          tasks_root=str(self.task.dir.parent), metric=s.metric if self.on_gpu else "call_latency",
-                          timeout_s=s.timeout_s, sandbox=s.sandbox, floor_check=s.floor_check)
+            job = EvalJob(**self._job(workloads), candidates=[entries[i] for i in todo],
+                          check_trials=s.check_trials, nonce=nonce, timeout_s=s.timeout_s, sandbox=s.sandbox,
+                          floor_check=s.floor_check)
             # The judge enforces each candidate's own limit; this one only catches a stuck judge.
             names = ", ".join(entries[i][1] for i in todo[:3]) + (" ..." if len(todo) > 3 else "")
             reply = self._request("judge", job, s.timeout_s * len(todo) + 120.0,
@@ -215,15 +220,15 @@ class Evaluator:
     def _failed(self, solution_id: str, reply: Reply) -> EvalReport:
         s = self.settings
         if reply.kind == "timeout":
-            return EvalReport(solution_id, TIMEOUT, s.device,
+            return EvalReport(solution_id, Status.TIMEOUT, s.device,
                               log=f"no result within eval.timeout_s={s.timeout_s:g}s; the worker's process group "
                                   f"was killed")
         if reply.kind == "died":
-            return EvalReport(solution_id, RUNTIME_ERROR, s.device,
+            return EvalReport(solution_id, Status.RUNTIME_ERROR, s.device,
                               log=f"the evaluation worker died ({reply.value}): the candidate crashed its process")
         if reply.kind == "forged":
-            return EvalReport(solution_id, INCORRECT_TAMPERING, s.device, log=str(reply.value))
-        return EvalReport(solution_id, RUNTIME_ERROR, s.device, log=f"evaluator error:\n{reply.value}")
+            return EvalReport(solution_id, Status.INCORRECT_TAMPERING, s.device, log=str(reply.value))
+        return EvalReport(solution_id, Status.RUNTIME_ERROR, s.device, log=f"evaluator error:\n{reply.value}")
 
     def _attach_output(self, report: EvalReport, reply: Reply) -> None:
         if reply.output_bytes and reply.output.strip():
@@ -248,10 +253,10 @@ class Evaluator:
         if len(entries) > 1 and kind in ("timeout", "died", "error", "forged"):
             # The job failed as a whole: judge each alone so the one that hangs or crashes is named.
             reports = [self.evaluate(src, sid, workloads, baseline) for src, sid in entries]
-        elif len(entries) > 1 and any(r.status == RUNTIME_ERROR for r in reports):
+        elif len(entries) > 1 and any(r.status == Status.RUNTIME_ERROR for r in reports):
             # One kernel's fault (a CUDA error poisons the context) can fail the others in the same
             # process: a runtime error in a shared job is confirmed alone before it counts.
-            reports = [self.evaluate(src, sid, workloads, baseline) if r.status == RUNTIME_ERROR else r
+            reports = [self.evaluate(src, sid, workloads, baseline) if r.status == Status.RUNTIME_ERROR else r
                        for (src, sid), r in zip(entries, reports)]
         return reports
 
@@ -259,10 +264,7 @@ class Evaluator:
         from ksearch.eval.baselines import BaselineJob
 
         s = self.settings
-        job = BaselineJob(task=self.task.name, workloads=list(workloads), device=s.device, run_seed=s.run_seed,
-                          warmup=s.warmup, iterations=s.iterations, trials=s.trials,
-                          tasks_root=str(self.task.dir.parent), time_reference=time_reference,
-                          metric=s.metric if self.on_gpu else "call_latency")
+        job = BaselineJob(**self._job(workloads), time_reference=time_reference)
         # FlashInfer JIT-compiles each module on first use (~30 s); allow for it.
         reply = self._request("baseline", job, max(s.timeout_s, 600.0),
                               f"measuring the baselines on {len(workloads)} workloads")

@@ -12,6 +12,8 @@ candidates it is the judge's wall clock around a request, never a number the can
 - `cupti_times`: the fallback when the call cannot be captured (it synchronises, reads a tensor on the
   host, ...): per-iteration GPU span (first kernel start to last kernel end) from CUPTI kernel records
   via torch.profiler, the method FlashInfer-Bench uses.
+- `per_call_ms`: the one rule that turns a clock reading around n calls into a time per call (less what the
+  reading held besides the calls); `GraphTimer.gpu_ms` is the in-process reading for trusted calls.
 - `eager_loop`: `n` eager calls back to back and one synchronisation: the wall time of this over n is
   the call latency (host launch cost included).
 - `eager_sync_loop`: n x [L2 flush, call, device synchronisation]: every call runs alone and cold on whatever
@@ -184,6 +186,17 @@ class GraphTimer:
                 pass
         return cap
 
+    def gpu_ms(self, order: tuple[str, str] = ("call", "flush")) -> float:
+        """One in-process reading of GPU time per call (trusted code only: the baselines): the wall time of the
+        call graph's replay less the flush graph's, over n. Replay both once first (one-time costs)."""
+        walls = {}
+        for which in order:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            self.replay(which)
+            walls[which] = (time.perf_counter() - t0) * 1e3
+        return per_call_ms(walls["call"], self.n, walls["flush"])
+
     def replay(self, which: str) -> float:
         """Replay one graph and wait for it; returns this process's own event time in ms (a cross-check)."""
         g = self.capture.call_graph if which == "call" else self.capture.flush_graph
@@ -195,25 +208,23 @@ class GraphTimer:
         return float(start.elapsed_time(end))
 
 
+def per_call_ms(total_ms: float, n: int, overhead_ms: float = 0.0) -> float:
+    """Time per call from a clock read around n calls: (the reading - what else it held) / n, never below 0.
+    The one rule every time per call is computed by: the judge's windows (less its own measured costs), the
+    trusted graph replays (less the flush graph), eager loops (nothing to subtract)."""
+    return max(total_ms - overhead_ms, 0.0) / n
+
+
 def graph_gpu_ms(call: Callable[[int], Any], n_sets: int, n: int, trials: int) -> tuple[list[float], str]:
-    """In-process GPU time per call (trusted code only: the baselines): per trial, the wall time of the call
-    graph's replay minus the flush graph's, over n. Returns (per-trial ms, error if not capturable)."""
+    """In-process GPU time per call (trusted code only), `trials` readings of `GraphTimer.gpu_ms`, the order
+    of the two replays alternating. Returns (per-trial ms, error if not capturable)."""
     t = GraphTimer(call, n_sets, n)
     cap = t.build()
     if cap.call_graph is None:
         return [], cap.error
     t.replay("call")
     t.replay("flush")
-    out = []
-    for i in range(trials):
-        order = ("call", "flush") if i % 2 == 0 else ("flush", "call")
-        walls = {}
-        for which in order:
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            t.replay(which)
-            walls[which] = (time.perf_counter() - t0) * 1e3
-        out.append(max(walls["call"] - walls["flush"], 0.0) / t.n)
+    out = [t.gpu_ms(("call", "flush") if i % 2 == 0 else ("flush", "call")) for i in range(trials)]
     del t
     return out, ""
 
@@ -296,7 +307,7 @@ def flush_costs(trials: int = 3) -> FlushCosts:
             torch.cuda.synchronize()
         eager.append((time.perf_counter() - t0) * 1e3 / 16)
     del graphs
-    return FlushCosts(max(min(walls[80]) - min(walls[16]), 0.0) / 64, min(eager))
+    return FlushCosts(per_call_ms(min(walls[80]), 64, min(walls[16])), min(eager))
 
 
 def eager_ms(call: Callable[[int], Any], n_sets: int, n: int, device: str, trials: int) -> list[float]:
@@ -306,7 +317,7 @@ def eager_ms(call: Callable[[int], Any], n_sets: int, n: int, device: str, trial
         sync(device)
         t0 = time.perf_counter()
         eager_loop(call, n_sets, n, device)
-        out.append((time.perf_counter() - t0) * 1e3 / n)
+        out.append(per_call_ms((time.perf_counter() - t0) * 1e3, n))
     return out
 
 

@@ -53,9 +53,11 @@ from typing import Any
 import torch
 
 from ksearch.eval import exchange, wire
+from ksearch.eval.gputime import per_call_ms
+from ksearch.eval.job import Job
 from ksearch.eval.noise import noise_floor, relative_spread
-from ksearch.eval.report import (COMPILE_ERROR, INCORRECT_LATE_WRITE, INCORRECT_NUMERICAL, INCORRECT_TAMPERING,
-                                 INCORRECT_TIMING, PASSED, RUNTIME_ERROR, TIMEOUT, EvalReport, WorkloadResult)
+from ksearch.eval.report import (CANDIDATE_STATUSES, EvalReport, Metric, Status, TimingMethod,
+                                 WorkloadResult)
 from ksearch.eval.rules import check_outputs, normalize_outputs
 from ksearch.task import Task, Workload, load_task
 
@@ -74,23 +76,14 @@ UNASKED = ("sent a message before the judge asked for one (a reply ahead of its 
            "only after a request, and only the outputs the judge then copies and verifies count")
 
 
-@dataclass
-class EvalJob:
+@dataclass(kw_only=True)
+class EvalJob(Job):
     """Judge one or more candidates (source, solution_id) on `workloads`."""
 
-    task: str
     candidates: list[tuple[str, str]]
-    workloads: list[Workload]
-    device: str
-    run_seed: int = 0
-    warmup: int = 10
-    iterations: int = 50            # not used: a GPU replay holds ~25 ms of calls (eval.iterations stays a key)
-    trials: int = 3
     check_trials: int = 2
     nonce: int | None = None        # seeds the fresh inputs; None draws one at random
-    tasks_root: str | None = None
     entry: str = "run"
-    metric: str = "gpu_time"        # gpu_time | call_latency: which one becomes latency_ms (the score's)
     timeout_s: float = 300.0        # per candidate
     sandbox: bool = True            # audit hooks in the candidate's process
     floor_check: bool = True
@@ -104,6 +97,11 @@ class TrustedCosts:
     reveal_ms: float            # P fresh input sets generated and copied in, their outputs fetched to the host
     flush_ms: float             # one L2 flush inside a graph replay
     flush_sync_ms: float        # one eager L2 flush and the synchronisations around a call (eager_sync)
+
+    def besides_calls(self, n: int, per_call: float) -> float:
+        """What a window of n calls holds besides them: the fresh inputs and fetched outputs, and `per_call`
+        for each call (a flush inside a graph, or an eager flush with its synchronisations)."""
+        return self.reveal_ms + n * per_call
 
 
 NO_COSTS = TrustedCosts(0.0, 0.0, 0.0)      # subtracting nothing only ever makes a candidate look slower
@@ -122,7 +120,7 @@ class _Window:
 class CandidateGone(Exception):
     """The candidate's process died, timed out or broke the protocol; `status` says which."""
 
-    def __init__(self, status: str, message: str):
+    def __init__(self, status: Status, message: str):
         super().__init__(message)
         self.status, self.message = status, message
 
@@ -135,7 +133,6 @@ class _Cand:
     child: Any = None
     deadline: float = 0.0
     prev_outputs: list[Any] | None = None
-    ran_code: bool = True
     samples: dict[str, list[float]] = field(default_factory=dict)
     sock: socket.socket | None = None           # the connection's socket, for handing over shared memory
     windows: dict[str, int] = field(default_factory=dict)    # timed windows drawn per workload
@@ -143,9 +140,9 @@ class _Cand:
 
     @property
     def ok(self) -> bool:
-        return self.report.status == PASSED
+        return self.report.status == Status.PASSED
 
-    def fail(self, status: str, message: str, workload: str | None = None, log: str = "") -> None:
+    def fail(self, status: Status, message: str, workload: str | None = None, log: str = "") -> None:
         if not self.ok:
             return
         self.report.fail(status, message, workload)
@@ -156,7 +153,7 @@ class _Cand:
         for r in self.report.workloads:
             if r.workload == w:
                 return r
-        r = WorkloadResult(w, PASSED)
+        r = WorkloadResult(w, Status.PASSED)
         self.report.workloads.append(r)
         return r
 
@@ -173,7 +170,7 @@ class Judge:
         self.nonce = job.nonce if job.nonce is not None else secrets.randbits(48)
         self.names = self.task.definition.output_names
         self.corr = self.task.correctness
-        self.cands = [_Cand(sid, src, EvalReport(sid, PASSED, job.device, trials=job.trials,
+        self.cands = [_Cand(sid, src, EvalReport(sid, Status.PASSED, job.device, trials=job.trials,
                                                  check_trials=job.check_trials)) for src, sid in job.candidates]
         self._datasheet: Any = None
         self._references: dict[tuple[str, int], list[Any]] = {}
@@ -192,19 +189,20 @@ class Judge:
             c.died = True
             raise self._died(c) from None
         if waiting:
-            raise CandidateGone(INCORRECT_TAMPERING, UNASKED)
+            raise CandidateGone(Status.INCORRECT_TAMPERING, UNASKED)
 
     def _receive(self, c: _Cand) -> tuple[dict[str, Any], list[Any]]:
         try:
             return wire.receive(c.child.conn, self._remaining(c))
         except TimeoutError:
-            raise CandidateGone(TIMEOUT, f"no answer within eval.timeout_s={self.job.timeout_s:g}s; the "
+            raise CandidateGone(Status.TIMEOUT, f"no answer within eval.timeout_s={self.job.timeout_s:g}s; the "
                                          f"candidate's process and everything it started were killed") from None
         except (EOFError, OSError, BrokenPipeError):
             c.died = True
             raise self._died(c) from None
         except wire.WireError as e:
-            raise CandidateGone(INCORRECT_TAMPERING, f"the candidate's process sent a malformed reply: {e}") from None
+            raise CandidateGone(Status.INCORRECT_TAMPERING,
+                                f"the candidate's process sent a malformed reply: {e}") from None
 
     def request(self, c: _Cand, req: dict[str, Any]) -> tuple[dict[str, Any], list[Any], float]:
         """Send a request, wait for the reply; returns (header, values, the judge's wall ms for it)."""
@@ -259,16 +257,14 @@ class Judge:
         """The candidate's process is gone: a refusal of the sandbox (which ends it) is tampering."""
         refusal = getattr(c.child, "refusal", lambda: None)()
         if refusal:
-            return CandidateGone(INCORRECT_TAMPERING, f"the sandbox refused: {refusal}")
-        return CandidateGone(RUNTIME_ERROR, "the candidate's process died")
+            return CandidateGone(Status.INCORRECT_TAMPERING, f"the sandbox refused: {refusal}")
+        return CandidateGone(Status.RUNTIME_ERROR, "the candidate's process died")
 
     def expect_ok(self, c: _Cand, header: dict[str, Any], workload: str | None) -> bool:
         if header.get("ok") is True and not header.get("status"):
             return True
-        status = str(header.get("status") or RUNTIME_ERROR)
-        if status not in _CANDIDATE_STATUSES:
-            status = RUNTIME_ERROR
-        c.fail(status, str(header.get("message", ""))[:1500], workload, log=str(header.get("log", ""))[:6000])
+        c.fail(_claimed(header, Status.RUNTIME_ERROR), str(header.get("message", ""))[:1500], workload,
+               log=str(header.get("log", ""))[:6000])
         return False
 
     # ---- reference side -------------------------------------------------------------------------------------
@@ -293,7 +289,7 @@ class Judge:
                for g, r in zip(got, ref)]
         bad = next((g for g in got if isinstance(g, wire.Unsupported)), None)
         if bad is not None:
-            c.fail("INCORRECT_SHAPE", f"{what}: an output is {bad!r}, not a plain tensor", w.name)
+            c.fail(Status.INCORRECT_SHAPE, f"{what}: an output is {bad!r}, not a plain tensor", w.name)
             return False
         chk = check_outputs(got, ref, self.names, atol=self.corr.atol, rtol=self.corr.rtol,
                             required_matched_ratio=self.corr.required_matched_ratio, rule=self.corr.rule)
@@ -325,26 +321,24 @@ class Judge:
         try:
             header, _, _ = self._first_reply(c)
         except CandidateGone as e:
-            c.fail(e.status if e.status != RUNTIME_ERROR else COMPILE_ERROR,
+            c.fail(e.status if e.status != Status.RUNTIME_ERROR else Status.COMPILE_ERROR,
                    f"{e.message} while loading the source", None)
             return
         if not header.get("ok"):
-            c.ran_code = bool(header.get("ran_code", True))
-            status = str(header.get("status") or COMPILE_ERROR)
-            c.fail(status if status in _CANDIDATE_STATUSES else COMPILE_ERROR, str(header.get("message", "")),
-                   None, log=str(header.get("log", "")))
+            c.fail(_claimed(header, Status.COMPILE_ERROR), str(header.get("message", "")), None,
+                   log=str(header.get("log", "")))
 
     def _first_reply(self, c: _Cand) -> tuple[dict[str, Any], list[Any], float]:
         t0 = time.perf_counter()
         try:
             header, values = wire.receive(c.child.conn, self._remaining(c))
         except TimeoutError:
-            raise CandidateGone(TIMEOUT, f"no answer within eval.timeout_s={self.job.timeout_s:g}s") from None
+            raise CandidateGone(Status.TIMEOUT, f"no answer within eval.timeout_s={self.job.timeout_s:g}s") from None
         except (EOFError, OSError):
             c.died = True
             raise self._died(c) from None
         except wire.WireError as e:
-            raise CandidateGone(INCORRECT_TAMPERING, f"malformed reply: {e}") from None
+            raise CandidateGone(Status.INCORRECT_TAMPERING, f"malformed reply: {e}") from None
         return header, values, (time.perf_counter() - t0) * 1e3
 
     def ready(self, c: _Cand, w: Workload, layout: exchange.Layout) -> bool:
@@ -360,7 +354,7 @@ class Judge:
             return False
         changed = shared.changed_input(inputs) if inputs is not None else None
         if changed:
-            c.fail("INCORRECT_INPUT_MODIFIED", f"input {changed} changed during the call (inputs are read-only; "
+            c.fail(Status.INCORRECT_INPUT_MODIFIED, f"input {changed} changed during the call (inputs are read-only; "
                                                f"the call must leave them as it found them)", w.name)
             return False
         return True
@@ -544,14 +538,14 @@ class Judge:
         if not self.expect_ok(c, header, w.name):
             return
         est = max(float(header.get("est_ms") or 0.01), 1e-4)
-        # ~25 ms of calls per window and no floor of `iterations` calls: that floor cost a 50 ms prefill call
-        # 2.5 s per replay for no better a median (issue 20).
+        # ~25 ms of calls per window, however long one call is: a fixed count of calls made a 50 ms prefill
+        # call cost 2.5 s per replay for no better a median (issue 20).
         n = self._calls(w, est, GRAPH_TARGET_MS, costs, 1)
         why = self._capture(c, w, n)
         if why is None:
             return
         if not why:
-            judged = max(self._probe.ms - costs.reveal_ms - n * costs.flush_ms, 0.0) / n
+            judged = per_call_ms(self._probe.ms, n, costs.besides_calls(n, costs.flush_ms))
             need = self._calls(w, max(judged, 1e-4), GRAPH_TARGET_MS, costs, 1)
             if need > 1.5 * n:
                 n = need
@@ -562,15 +556,15 @@ class Judge:
         gpu: list[float] = []
         claimed: list[float] = []
         if not why:
-            method, mode, per_call_extra = "cuda_graph", "graph", costs.flush_ms
+            method, mode, per_call_extra = TimingMethod.cuda_graph, "graph", costs.flush_ms
         else:
-            method, mode, per_call_extra = "eager_sync", "eager_sync", costs.flush_sync_ms
+            method, mode, per_call_extra = TimingMethod.eager_sync, "eager_sync", costs.flush_sync_ms
             row.message = f"GPU time from the judge's clock around synchronised eager calls: {why}"
             n = self._calls(w, est + costs.flush_sync_ms, GRAPH_TARGET_MS, costs, n_sets)
             first = self.window(c, w, mode, n)           # a warm-up that also tells how long a call takes
             if first is None:
                 return
-            judged = max(first.ms - costs.reveal_ms - n * per_call_extra, 0.0) / n
+            judged = per_call_ms(first.ms, n, costs.besides_calls(n, per_call_extra))
             n = self._calls(w, max(judged, 1e-4) + per_call_extra, GRAPH_TARGET_MS, costs, n_sets)
 
         def rounds(count: int) -> bool:
@@ -578,10 +572,10 @@ class Judge:
                 got = self.window(c, w, mode, n)
                 if got is None:
                     return False
-                gpu.append(max(got.ms - costs.reveal_ms - n * per_call_extra, 0.0) / n)
+                gpu.append(per_call_ms(got.ms, n, costs.besides_calls(n, per_call_extra)))
                 event = got.header.get("event_ms")
                 if isinstance(event, (int, float)) and not isinstance(event, bool) and math.isfinite(event):
-                    claimed.append(max(event - n * costs.flush_ms, 0.0) / n)
+                    claimed.append(per_call_ms(event, n, n * costs.flush_ms))
             return True
 
         # Measured twice (two halves of the rounds); halves that disagree beyond the spread are re-measured
@@ -601,10 +595,10 @@ class Judge:
             got = self.window(c, w, "eager", n_eager)
             if got is None:
                 return
-            lat.append(max(got.ms - costs.reveal_ms, 0.0) / n_eager)
+            lat.append(per_call_ms(got.ms, n_eager, costs.reveal_ms))
         self.record(c, w, gpu, lat, method, claimed)
 
-    def record(self, c: _Cand, w: Workload, gpu: list[float], lat: list[float], method: str,
+    def record(self, c: _Cand, w: Workload, gpu: list[float], lat: list[float], method: TimingMethod,
                claimed: list[float]) -> None:
         floor = noise_floor(self.device)
         row = c.row(w.name)
@@ -614,12 +608,12 @@ class Judge:
         row.call_latency_spread = relative_spread(lat, floor) if lat else None
         row.timing_method = method
         row.self_reported_ms = statistics.median(claimed) if claimed else None
-        use_gpu = self.job.metric == "gpu_time" and row.gpu_time_ms is not None
+        use_gpu = self.job.metric == Metric.gpu_time and row.gpu_time_ms is not None
         samples = gpu if use_gpu else lat
         row.trial_ms = [round(x, 6) for x in samples]
         row.latency_ms = statistics.median(samples) if samples else None
         row.spread = relative_spread(samples, floor) if samples else None
-        if row.self_reported_ms and row.gpu_time_ms and method == "cuda_graph":
+        if row.self_reported_ms and row.gpu_time_ms and method == TimingMethod.cuda_graph:
             gap = abs(row.self_reported_ms - row.gpu_time_ms) / max(row.gpu_time_ms, 1e-9)
             if gap > CROSS_CHECK_TOLERANCE and abs(row.self_reported_ms - row.gpu_time_ms) > 0.002:
                 c.report.flags.append(f"{w.name}: the candidate's own events say {row.self_reported_ms * 1e3:.1f} µs, "
@@ -638,7 +632,7 @@ class Judge:
         floor_ms = physical_floor_ms(self.task, w, self._datasheet, device=self.device)
         measured = row.gpu_time_ms if row.gpu_time_ms is not None else row.latency_ms
         if floor_ms and measured < floor_ms:
-            c.fail(INCORRECT_TIMING, f"{measured * 1e3:.3f} µs of GPU time is below the physical floor of "
+            c.fail(Status.INCORRECT_TIMING, f"{measured * 1e3:.3f} µs of GPU time is below the physical floor of "
                                      f"{floor_ms * 1e3:.3f} µs for this workload (its fewest bytes at the HBM "
                                      f"datasheet bandwidth, its FLOPs at the highest tensor peak, x0.8): the "
                                      f"timing cannot be real", w.name)
@@ -653,7 +647,7 @@ class Judge:
             if ms is not None:
                 samples.append(ms)
         if c.ok:
-            self.record(c, w, [], samples, "wall_clock_cpu", [])
+            self.record(c, w, [], samples, TimingMethod.wall_clock_cpu, [])
 
     # ---- the job --------------------------------------------------------------------------------------------
     def run(self) -> list[EvalReport]:
@@ -713,7 +707,7 @@ class Judge:
             c.fail(e.status, e.message, w.name, log=e.message)
             self._end(c)
         except Exception as e:      # the judge's own step failed (its reference, a CUDA error here)
-            c.fail(RUNTIME_ERROR, f"evaluation failed on {w.name}: {type(e).__name__}: {e}"[:1500], w.name,
+            c.fail(Status.RUNTIME_ERROR, f"evaluation failed on {w.name}: {type(e).__name__}: {e}"[:1500], w.name,
                    log=traceback.format_exc())
             self._end(c)
 
@@ -752,11 +746,12 @@ class Judge:
             refused = []
         if refused:
             why = "the sandbox refused: " + "; ".join(sorted(set(refused)))[:1200]
-            if c.report.status != TIMEOUT:
-                c.report.status = PASSED
-                c.fail(INCORRECT_TAMPERING, why)
+            if c.report.status != Status.TIMEOUT:
+                c.report.status = Status.PASSED
+                c.fail(Status.INCORRECT_TAMPERING, why)
         # how it ended says why only when it ended by itself; else the judge's own SIGKILL would be blamed
-        if not c.ok and c.died and c.report.status == RUNTIME_ERROR and exit_note and "exit code 0" not in exit_note:
+        if not c.ok and c.died and c.report.status == Status.RUNTIME_ERROR and exit_note \
+                and "exit code 0" not in exit_note:
             c.report.log = (c.report.log + "\n" if c.report.log else "") + f"the candidate's process {exit_note}"
         if out.strip():
             c.report.log = (c.report.log + "\n" if c.report.log else "") + \
@@ -816,9 +811,10 @@ def steady(samples: list[float], device: str) -> bool:
     return abs(a - b) / mid <= max(relative_spread(samples, noise_floor(device)), STEADY_MIN)
 
 
-_NUMERIC = ("INCORRECT_SHAPE", "INCORRECT_DTYPE", INCORRECT_NUMERICAL)
-_CANDIDATE_STATUSES = {COMPILE_ERROR, RUNTIME_ERROR, "INCORRECT_SHAPE", "INCORRECT_DTYPE", INCORRECT_NUMERICAL,
-                       "INCORRECT_INPUT_MODIFIED", INCORRECT_LATE_WRITE}
+def _claimed(header: dict[str, Any], default: Status) -> Status:
+    """The failure a candidate's reply names, when it is one a candidate may claim about itself; else `default`."""
+    status = str(header.get("status") or "")
+    return Status(status) if status in CANDIDATE_STATUSES else default
 
 
 def judge(job: EvalJob, spawner: Any) -> list[EvalReport]:

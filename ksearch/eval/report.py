@@ -1,6 +1,6 @@
 """Typed results of an evaluation, and the score computed from them.
 
-Statuses. `PASSED`, or one failure status (`FAILURE_STATUSES`):
+Statuses (`Status`): `PASSED`, or one failure:
 
 - COMPILE_ERROR: the source did not import, or the static checks refused it (the message names the line).
 - RUNTIME_ERROR: the call raised, the worker process died (segfault, abort, out of memory; the signal
@@ -19,20 +19,11 @@ Statuses. `PASSED`, or one failure status (`FAILURE_STATUSES`):
 - INCORRECT_TIMING: a measured latency below the workload's physical floor (fewest bytes over the peak
   bandwidth, FLOPs over the peak rate): no real kernel can be that fast, so the measurement was gamed.
 
-New fields (all with defaults, so journal records written before them still load):
+The clocks (`Metric`, `TimingMethod`): every row carries both clocks' medians and spreads as the judge read
+them; `latency_ms` is the one the score uses (`score_metric`: `eval.metric` on a GPU, call latency on a CPU).
 
-- `WorkloadResult.trial_ms`: the median latency of each timing trial; `latency_ms` is their median.
-- `WorkloadResult.spread`: relative run-to-run spread of `latency_ms` (see ksearch.eval.noise).
-- `WorkloadResult.gpu_time_ms` / `call_latency_ms` (+ spreads): the two clocks, both read by the judge;
-  `latency_ms` is the one `eval.metric` picks; `timing_method` says how GPU time was taken.
-- `WorkloadResult.baseline_ms` / `baseline_spread`: the best baseline variant on this workload.
-- `EvalReport.score_spread`: relative uncertainty of `score` (candidate and baseline spreads combined).
-- `EvalReport.flags`: suspicious findings that did not fail the candidate, each with its reason.
-- `EvalReport.env`: what measured it (GPU name, clocks, driver, torch/triton/flashinfer versions; or the
-  CPU and the Triton interpreter).
-- `EvalReport.baseline_ms`: variant -> workload -> ms of baselines timed in the same job (records written
-  before the judge moved out of the candidate's process; new reports leave it empty).
-- `EvalReport.trials` / `check_trials`: how many timing trials and fresh-input checks were run.
+Every field has a default, so journal records written before a field existed still load; the enums are
+`str` enums, so records read and write the same strings as before.
 """
 
 from __future__ import annotations
@@ -40,21 +31,65 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum, auto
 from typing import Any
 
-PASSED = "PASSED"
-COMPILE_ERROR = "COMPILE_ERROR"
-RUNTIME_ERROR = "RUNTIME_ERROR"
-TIMEOUT = "TIMEOUT"
-INCORRECT_SHAPE = "INCORRECT_SHAPE"
-INCORRECT_DTYPE = "INCORRECT_DTYPE"
-INCORRECT_NUMERICAL = "INCORRECT_NUMERICAL"
-INCORRECT_INPUT_MODIFIED = "INCORRECT_INPUT_MODIFIED"
-INCORRECT_LATE_WRITE = "INCORRECT_LATE_WRITE"
-INCORRECT_TAMPERING = "INCORRECT_TAMPERING"
-INCORRECT_TIMING = "INCORRECT_TIMING"
-FAILURE_STATUSES = (COMPILE_ERROR, RUNTIME_ERROR, INCORRECT_SHAPE, INCORRECT_DTYPE, INCORRECT_NUMERICAL,
-                    TIMEOUT, INCORRECT_INPUT_MODIFIED, INCORRECT_LATE_WRITE, INCORRECT_TAMPERING, INCORRECT_TIMING)
+
+class Status(StrEnum):
+    """The verdict on a candidate (and on each of its workloads).
+
+    In every enum of ksearch a member's name is its value, as records and configs write it (OmegaConf
+    matches config values to members by name)."""
+
+    PASSED = "PASSED"
+    COMPILE_ERROR = "COMPILE_ERROR"
+    RUNTIME_ERROR = "RUNTIME_ERROR"
+    TIMEOUT = "TIMEOUT"
+    INCORRECT_SHAPE = "INCORRECT_SHAPE"
+    INCORRECT_DTYPE = "INCORRECT_DTYPE"
+    INCORRECT_NUMERICAL = "INCORRECT_NUMERICAL"
+    INCORRECT_INPUT_MODIFIED = "INCORRECT_INPUT_MODIFIED"
+    INCORRECT_LATE_WRITE = "INCORRECT_LATE_WRITE"
+    INCORRECT_TAMPERING = "INCORRECT_TAMPERING"
+    INCORRECT_TIMING = "INCORRECT_TIMING"
+
+
+#: What a candidate's own process may report about itself (claims that can only fail it); everything else
+#: (timeouts, tampering, timing) is decided by the judge.
+CANDIDATE_STATUSES = frozenset({Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.INCORRECT_SHAPE,
+                                Status.INCORRECT_DTYPE, Status.INCORRECT_NUMERICAL, Status.INCORRECT_INPUT_MODIFIED,
+                                Status.INCORRECT_LATE_WRITE})
+
+
+class Metric(StrEnum):
+    """The clock a score is computed on."""
+
+    gpu_time = auto()           # CUDA-graph replay (or synchronised eager calls), L2 cold
+    call_latency = auto()       # eager calls, host included
+
+
+class TimingMethod(StrEnum):
+    """How a row's GPU time (or, on a CPU, its latency) was taken."""
+
+    cuda_graph = auto()
+    eager_sync = auto()         # n x [flush, call, device sync]: the work was not in the graph
+    cupti = auto()              # kernel spans from CUPTI (baselines that cannot be captured)
+    wall_clock_cpu = auto()
+
+
+def score_metric(device: str, wanted: Metric | str = Metric.gpu_time) -> Metric:
+    """The clock scores use on `device`: the one asked for (`eval.metric`) on a GPU; a CPU has only call
+    latency (no graphs, no GPU time)."""
+    return Metric(wanted) if device.startswith("cuda") else Metric.call_latency
+
+
+def _recorded(enum: type[StrEnum], value: Any) -> Any:
+    """A recorded enum value as its member; a value this version does not know (a newer one wrote it) stays
+    the string it was, so the record still loads."""
+    try:
+        return enum(value)
+    except ValueError:
+        return value
 
 
 def _known(cls: type, d: dict[str, Any]) -> dict[str, Any]:
@@ -66,27 +101,32 @@ def _known(cls: type, d: dict[str, Any]) -> dict[str, Any]:
 @dataclass
 class WorkloadResult:
     workload: str
-    status: str
+    status: Status
     message: str = ""
-    latency_ms: float | None = None
+    latency_ms: float | None = None           # the median of `trial_ms`: the clock the score uses
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     matched_ratio: float | None = None
-    trial_ms: list[float] = field(default_factory=list)
-    spread: float | None = None
-    baseline_ms: float | None = None
+    trial_ms: list[float] = field(default_factory=list)   # each timing trial's time per call, that clock
+    spread: float | None = None               # relative run-to-run spread of latency_ms (ksearch.eval.noise)
+    baseline_ms: float | None = None          # the best baseline variant on this workload
     baseline_spread: float | None = None
     gpu_time_ms: float | None = None          # GPU time per call (CUDA-graph replay or CUPTI), judge's clock
     gpu_time_spread: float | None = None
     call_latency_ms: float | None = None      # eager call, host launch cost included, judge's clock
     call_latency_spread: float | None = None
-    timing_method: str = ""                   # cuda_graph | eager_sync | cupti (baselines) | wall_clock_cpu
+    timing_method: TimingMethod | str = ""    # "" when not timed
     self_reported_ms: float | None = None     # the candidate's own event time: a cross-check, never used
     unstable: bool = False                    # its two halves disagreed beyond the spread, twice
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "WorkloadResult":
-        return WorkloadResult(**_known(WorkloadResult, d))
+        d = _known(WorkloadResult, d)
+        if "status" in d:
+            d["status"] = _recorded(Status, d["status"])
+        if d.get("timing_method"):
+            d["timing_method"] = _recorded(TimingMethod, d["timing_method"])
+        return WorkloadResult(**d)
 
 
 @dataclass
@@ -94,7 +134,7 @@ class EvalReport:
     """One candidate on one workload set. `score` is set only when every workload passed."""
 
     solution_id: str
-    status: str
+    status: Status
     device: str
     workloads: list[WorkloadResult] = field(default_factory=list)
     log: str = ""
@@ -104,21 +144,23 @@ class EvalReport:
     baseline: str = ""
     speedups: dict[str, float] = field(default_factory=dict)
     vs_baselines: dict[str, float] = field(default_factory=dict)
-    score_spread: float | None = None
-    flags: list[str] = field(default_factory=list)
-    env: dict[str, Any] = field(default_factory=dict)
+    score_spread: float | None = None         # relative uncertainty of score (candidate and baseline spreads)
+    flags: list[str] = field(default_factory=list)     # suspicious findings that did not fail it, with reasons
+    env: dict[str, Any] = field(default_factory=dict)  # what measured it: GPU, clocks, versions; or the CPU
+    #: variant -> workload -> ms of baselines timed in the same job (records written before the judge moved
+    #: out of the candidate's process; new reports leave it empty)
     baseline_ms: dict[str, dict[str, float]] = field(default_factory=dict)
-    trials: int = 0
-    check_trials: int = 0
+    trials: int = 0                 # timing trials per workload
+    check_trials: int = 0           # checks on fresh inputs per workload
 
     @property
     def passed(self) -> bool:
-        return self.status == PASSED
+        return self.status == Status.PASSED
 
     def first_failure(self) -> WorkloadResult | None:
-        return next((w for w in self.workloads if w.status != PASSED), None)
+        return next((w for w in self.workloads if w.status != Status.PASSED), None)
 
-    def fail(self, status: str, message: str, workload: str | None = None) -> None:
+    def fail(self, status: Status, message: str, workload: str | None = None) -> None:
         """Mark the report failed; the message lands on the workload's row (or the log when there is none)."""
         self.status = status
         if workload is not None:
@@ -151,6 +193,8 @@ class EvalReport:
     @staticmethod
     def from_json(d: dict[str, Any]) -> "EvalReport":
         d = _known(EvalReport, d)
+        if "status" in d:
+            d["status"] = _recorded(Status, d["status"])
         d["workloads"] = [WorkloadResult.from_json(w) for w in d.get("workloads", [])]
         return EvalReport(**d)
 
@@ -187,7 +231,7 @@ class BaselineTimes:
     reference: dict[str, float] = field(default_factory=dict)   # reference latency, when asked for (not a baseline)
     spread: dict[str, dict[str, float]] = field(default_factory=dict)   # variant -> workload -> relative spread
     env: dict[str, Any] = field(default_factory=dict)
-    metric: str = "gpu_time"            # which clock the variants' numbers are (gpu_time | call_latency)
+    metric: Metric = Metric.gpu_time    # which clock the variants' numbers are
     other: dict[str, dict[str, float]] = field(default_factory=dict)   # the other clock, for reports
     methods: dict[str, str] = field(default_factory=dict)              # variant -> timing method
 
@@ -209,7 +253,10 @@ class BaselineTimes:
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "BaselineTimes":
-        return BaselineTimes(**_known(BaselineTimes, d))
+        d = _known(BaselineTimes, d)
+        if "metric" in d:
+            d["metric"] = _recorded(Metric, d["metric"])
+        return BaselineTimes(**d)
 
 
 def score_report(report: EvalReport, baseline: BaselineTimes) -> EvalReport:

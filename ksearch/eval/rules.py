@@ -5,29 +5,30 @@ rule="flashinfer" (FlashInfer-Bench's, the default): an element fails only where
 GPUMode uses): an element fails where |x - y| > atol + rtol * |y|. An output passes when the fraction of passing elements is at least `required_matched_ratio`.
 Outputs must be plain torch.Tensor objects (a subclass could intercept the checker's own operations)
 on the reference's device. The comparison runs on that device; only a few scalars move to the host.
-Pure torch; no imports beyond it, so worker processes stay light.
+Pure torch (and the typed statuses); nothing heavier, so worker processes stay light.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from ksearch.eval.report import Status
+
 
 @dataclass
 class CheckResult:
-    status: str                       # PASSED | INCORRECT_SHAPE | INCORRECT_DTYPE | INCORRECT_NUMERICAL
+    status: Status                    # PASSED | INCORRECT_SHAPE | INCORRECT_DTYPE | INCORRECT_NUMERICAL
     message: str = ""
     max_abs_error: float = 0.0
     max_rel_error: float = 0.0
     matched_ratio: float = 1.0
-    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
-        return self.status == "PASSED"
+        return self.status == Status.PASSED
 
 
 def normalize_outputs(result: Any, output_names: list[str]) -> list[Any]:
@@ -50,18 +51,18 @@ def check_outputs(got: list[Any], want: list[Any], names: list[str], *, atol: fl
                   required_matched_ratio: float = 1.0, rule: str = "flashinfer") -> CheckResult:
     if rule not in ("flashinfer", "allclose"):
         raise ValueError(f"unknown element rule {rule!r}; known: flashinfer, allclose")
-    worst = CheckResult("PASSED")
+    worst = CheckResult(Status.PASSED)
     for name, x, y in zip(names, got, want):
         if type(x) is not torch.Tensor:        # noqa: E721 - exact type: subclasses can fake the checks
             what = "a torch.Tensor subclass" if isinstance(x, torch.Tensor) else "not a tensor"
-            return CheckResult("INCORRECT_SHAPE", f"{name}: expected a plain torch.Tensor, got "
+            return CheckResult(Status.INCORRECT_SHAPE, f"{name}: expected a plain torch.Tensor, got "
                                                   f"{type(x).__name__} ({what})")
         if x.device != y.device:
-            return CheckResult("INCORRECT_DTYPE", f"{name}: on device {x.device}, expected {y.device}")
+            return CheckResult(Status.INCORRECT_DTYPE, f"{name}: on device {x.device}, expected {y.device}")
         if tuple(x.shape) != tuple(y.shape):
-            return CheckResult("INCORRECT_SHAPE", f"{name}: shape {tuple(x.shape)}, expected {tuple(y.shape)}")
+            return CheckResult(Status.INCORRECT_SHAPE, f"{name}: shape {tuple(x.shape)}, expected {tuple(y.shape)}")
         if x.dtype != y.dtype:
-            return CheckResult("INCORRECT_DTYPE", f"{name}: dtype {x.dtype}, expected {y.dtype}")
+            return CheckResult(Status.INCORRECT_DTYPE, f"{name}: dtype {x.dtype}, expected {y.dtype}")
         xf = x.detach().to(torch.float32)
         yf = y.detach().to(torch.float32)
         if xf.numel() == 0:
@@ -72,7 +73,7 @@ def check_outputs(got: list[Any], want: list[Any], names: list[str], *, atol: fl
         bad_nonfinite = ~(finite | same_inf)
         if bool(bad_nonfinite.any()):
             n = int(bad_nonfinite.sum())
-            return CheckResult("INCORRECT_NUMERICAL", f"{name}: {n} non-finite values (NaN/Inf)",
+            return CheckResult(Status.INCORRECT_NUMERICAL, f"{name}: {n} non-finite values (NaN/Inf)",
                                float("inf"), float("inf"), 0.0)
         diff = (xf - yf).abs()
         rel = diff / (yf.abs() + 1e-8)
@@ -90,7 +91,7 @@ def check_outputs(got: list[Any], want: list[Any], names: list[str], *, atol: fl
         worst.matched_ratio = min(worst.matched_ratio, ratio)
         if ratio < required_matched_ratio:
             first = tuple(int(i) for i in failed.nonzero()[0].tolist())
-            worst.status = "INCORRECT_NUMERICAL"
+            worst.status = Status.INCORRECT_NUMERICAL
             bound = f"atol={atol} + rtol={rtol} * |ref|" if rule == "allclose" else f"atol={atol} and rtol={rtol}"
             worst.message = (f"{name}: {int(failed.sum())} of {failed.numel()} elements outside {bound} "
                              f"(matched {ratio:.6f} < {required_matched_ratio}); first at {first}: "

@@ -11,7 +11,6 @@ may combine any of them. The tests render each family at its defaults and at eve
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,55 +23,90 @@ class CatalogError(ValueError):
     """A catalog that does not follow the layout above."""
 
 
-@dataclass(frozen=True)
-class Prior:
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Prior(_Strict):
     """What the catalog author believes before any measurement."""
 
-    rating: float = 5.0              # 0..10, quality of the plan
-    confidence: float = 0.4          # 0..1
-    score: float = 0.5               # 0..1, priority
-    difficulty: int = 2              # 1..5
-    expected_speedup: float = 1.0    # for families: vs baseline; for tactics: vs the parent kernel
+    rating: float = Field(5.0, ge=0, le=10)             # quality of the plan
+    confidence: float = Field(0.4, ge=0, le=1)
+    score: float = Field(0.5, ge=0, le=1)               # priority
+    difficulty: int = Field(2, ge=1, le=5)
+    expected_speedup: float = Field(1.0, gt=0)          # for families: vs baseline; for tactics: vs the parent kernel
 
 
-@dataclass(frozen=True)
-class Knob:
-    name: str
-    values: tuple[Any, ...]
+class Knob(_Strict):
+    name: str                                           # the key the family lists it under
+    values: tuple[Any, ...] = Field(min_length=1)
     default: Any
     doc: str = ""
 
+    @model_validator(mode="after")
+    def _default_listed(self) -> "Knob":
+        if self.default not in self.values:
+            raise ValueError(f"default {self.default!r} not in values {list(self.values)}")
+        return self
 
-@dataclass(frozen=True)
-class Tactic:
+
+class Tactic(_Strict):
     """A deeper plan step: set some knobs (a tuning change or a structural variant)."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
     name: str
     title: str
-    settings: dict[str, Any]
+    settings: dict[str, Any] = Field(default_factory=dict, alias="set")
     rationale: str = ""
-    prior: Prior = field(default_factory=Prior)
+    prior: Prior = Prior()
 
 
-@dataclass(frozen=True)
-class Family:
+class Family(_Strict):
     name: str
     title: str
-    description: str
+    description: str = ""
     template: str
+    prior: Prior = Prior()
     knobs: dict[str, Knob]
-    tactics: tuple[Tactic, ...]
-    prior: Prior = field(default_factory=Prior)
+    tactics: tuple[Tactic, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _knobs_named_by_their_keys(cls, data: Any) -> Any:
+        knobs = data.get("knobs") if isinstance(data, dict) else None
+        if isinstance(knobs, dict):
+            data = {**data, "knobs": {k: {"name": k, **v} if isinstance(v, dict) else v for k, v in knobs.items()}}
+        return data
+
+    @model_validator(mode="after")
+    def _tactics_set_listed_values(self) -> "Family":
+        for key, knob in self.knobs.items():
+            if knob.name != key:
+                raise ValueError(f"knob {key} is named {knob.name!r}: a knob's name is its key")
+        for t in self.tactics:
+            for k, v in t.settings.items():
+                if k not in self.knobs or v not in self.knobs[k].values:
+                    raise ValueError(f"tactic {t.name} sets {k}={v!r}, not a listed knob value")
+        return self
 
     def defaults(self) -> dict[str, Any]:
         return {k.name: k.default for k in self.knobs.values()}
 
 
-@dataclass(frozen=True)
-class Catalog:
+class Catalog(_Strict):
+    """catalog.yaml's families, with the task they are for and the folder their templates are in."""
+
     task: str
     root: Path
-    families: tuple[Family, ...]
+    families: tuple[Family, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "Catalog":
+        names = [f.name for f in self.families]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate family names {names}")
+        return self
 
     def family(self, name: str) -> Family:
         for f in self.families:
@@ -95,68 +129,8 @@ class Catalog:
         return env.get_template(fam.template).render(**values, family=family)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class _PriorDoc(_Strict):
-    rating: float = Field(5.0, ge=0, le=10)
-    confidence: float = Field(0.4, ge=0, le=1)
-    score: float = Field(0.5, ge=0, le=1)
-    difficulty: int = Field(2, ge=1, le=5)
-    expected_speedup: float = Field(1.0, gt=0)
-
-    def build(self) -> Prior:
-        return Prior(**self.model_dump())
-
-
-class _KnobDoc(_Strict):
-    values: list[Any] = Field(min_length=1)
-    default: Any
-    doc: str = ""
-
-    @model_validator(mode="after")
-    def _default_listed(self) -> "_KnobDoc":
-        if self.default not in self.values:
-            raise ValueError(f"default {self.default!r} not in values {self.values}")
-        return self
-
-
-class _TacticDoc(_Strict):
-    name: str
-    title: str
-    rationale: str = ""
-    set: dict[str, Any] = Field(default_factory=dict)
-    prior: _PriorDoc = _PriorDoc()
-
-
-class _FamilyDoc(_Strict):
-    name: str
-    title: str
-    description: str = ""
-    template: str
-    prior: _PriorDoc = _PriorDoc()
-    knobs: dict[str, _KnobDoc]
-    tactics: list[_TacticDoc] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _tactics_set_listed_values(self) -> "_FamilyDoc":
-        for t in self.tactics:
-            for k, v in t.set.items():
-                if k not in self.knobs or v not in self.knobs[k].values:
-                    raise ValueError(f"tactic {t.name} sets {k}={v!r}, not a listed knob value")
-        return self
-
-
-class _CatalogDoc(_Strict):
-    families: list[_FamilyDoc] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _unique_names(self) -> "_CatalogDoc":
-        names = [f.name for f in self.families]
-        if len(set(names)) != len(names):
-            raise ValueError(f"duplicate family names {names}")
-        return self
+#: What catalog.yaml itself may hold at the top level (task and root come from where it is read).
+_DOCUMENT_KEYS = {"families"}
 
 
 def _first_error(e: ValidationError) -> str:
@@ -171,18 +145,20 @@ def load_catalog(strategies_dir: Path, task: str) -> Catalog:
         raise CatalogError(f"task {task} has no strategy catalog at {path}; the offline model needs one")
     try:
         raw = yaml.safe_load(path.read_text()) or {}
-        # Top-level keys starting with "_" only hold YAML anchors that the families reuse (e.g. shared knobs).
-        raw = {k: v for k, v in raw.items() if not str(k).startswith("_")} if isinstance(raw, dict) else raw
-        doc = _CatalogDoc.model_validate(raw)
-    except ValidationError as e:
-        raise CatalogError(f"{path}: {_first_error(e)}") from None
     except yaml.YAMLError as e:
         raise CatalogError(f"{path}: not valid YAML ({e})") from None
-    families = []
-    for f in doc.families:
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{path}: a catalog is a mapping with a list of families")
+    # Top-level keys starting with "_" only hold YAML anchors that the families reuse (e.g. shared knobs).
+    raw = {k: v for k, v in raw.items() if not str(k).startswith("_")}
+    unknown = sorted(set(map(str, raw)) - _DOCUMENT_KEYS)
+    if unknown:
+        raise CatalogError(f"{path}: {unknown[0]}: Extra inputs are not permitted")
+    try:
+        catalog = Catalog.model_validate({**raw, "task": task, "root": strategies_dir})
+    except ValidationError as e:
+        raise CatalogError(f"{path}: {_first_error(e)}") from None
+    for f in catalog.families:
         if not (strategies_dir / f.template).is_file():
             raise CatalogError(f"{path}: family {f.name}: template {f.template} not found in {strategies_dir}")
-        knobs = {k: Knob(k, tuple(d.values), d.default, d.doc) for k, d in f.knobs.items()}
-        tactics = tuple(Tactic(t.name, t.title, dict(t.set), t.rationale, t.prior.build()) for t in f.tactics)
-        families.append(Family(f.name, f.title, f.description, f.template, knobs, tactics, f.prior.build()))
-    return Catalog(task=task, root=strategies_dir, families=tuple(families))
+    return catalog

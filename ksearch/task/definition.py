@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import ast
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -29,14 +28,37 @@ class DefinitionError(ValueError):
     """A definition file that does not follow the schema."""
 
 
-@dataclass(frozen=True)
-class TensorSpec:
+class _Model(BaseModel):
+    # Fields FlashInfer-Bench may add are kept (extra="allow"); nothing changes a loaded definition.
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class Axis(_Model):
+    type: Literal["const", "var"]
+    value: Optional[int] = None
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _const_has_value(self) -> "Axis":
+        if self.type == "const" and self.value is None:
+            raise ValueError("a const axis needs an integer 'value'")
+        return self
+
+
+class TensorSpec(_Model):
     """One input or output: symbolic shape (None for a Python scalar) and dtype name."""
 
     name: str
-    shape: tuple[str, ...] | None
+    shape: Optional[tuple[str, ...]]          # required, may be null: a Python scalar
     dtype: str
     description: str = ""
+
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, v: str) -> str:
+        if v not in DTYPES:
+            raise ValueError(f"unknown dtype {v!r}; allowed: {sorted(DTYPES)}")
+        return v
 
     @property
     def is_scalar(self) -> bool:
@@ -52,20 +74,60 @@ class TensorSpec:
         return tuple(int(axes[a]) for a in self.shape)
 
 
-@dataclass(frozen=True)
-class Definition:
-    """Name, axes, ordered inputs/outputs (the calling convention) and the reference source."""
+class Definition(_Model):
+    """Name, axes, ordered inputs/outputs (the calling convention) and the reference source.
+
+    Validated from the document as FlashInfer-Bench writes it (inputs and outputs keyed by name, in
+    calling order); `to_json` writes that document back."""
 
     name: str
     op_type: str
-    axes: dict[str, dict[str, Any]]
+    axes: dict[str, Axis]
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-    reference: str
+    reference: str = ""
     constraints: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     description: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tensors_named_by_their_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for group in ("inputs", "outputs"):
+            tensors = data.get(group)
+            if isinstance(tensors, dict):
+                data[group] = [{**t, "name": name} if isinstance(t, dict) else t for name, t in tensors.items()]
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Definition":
+        for where, group in (("inputs", self.inputs), ("outputs", self.outputs)):
+            if not group:
+                raise ValueError(f"{where}: a definition needs at least one tensor there")
+            for t in group:
+                missing = [a for a in t.shape or () if a not in self.axes]
+                if missing:
+                    raise ValueError(f"{where}.{t.name}: shape uses undeclared axes {missing}")
+        overlap = set(self.input_names) & set(self.output_names)
+        if overlap:
+            raise ValueError(f"input and output names overlap: {sorted(overlap)}")
+        if not self.reference:
+            raise ValueError("no reference source")
+        try:
+            tree = ast.parse(self.reference)
+        except SyntaxError as e:
+            raise ValueError(f"reference does not parse: {e}") from e
+        if not any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):
+            raise ValueError("reference must define a top-level function `run`")
+        for c in self.constraints:
+            try:
+                ast.parse(c, mode="eval")
+            except SyntaxError as e:
+                raise ValueError(f"constraint {c!r} does not parse: {e}") from e
+        return self
 
     @property
     def input_names(self) -> list[str]:
@@ -76,10 +138,10 @@ class Definition:
         return [t.name for t in self.outputs]
 
     def const_axes(self) -> dict[str, int]:
-        return {k: int(v["value"]) for k, v in self.axes.items() if v.get("type") == "const"}
+        return {k: int(v.value) for k, v in self.axes.items() if v.type == "const" and v.value is not None}
 
     def var_axes(self) -> list[str]:
-        return [k for k, v in self.axes.items() if v.get("type") == "var"]
+        return [k for k, v in self.axes.items() if v.type == "var"]
 
     def to_json(self) -> dict[str, Any]:
         """The full FlashInfer-Bench document, reference source included."""
@@ -95,7 +157,7 @@ class Definition:
             "op_type": self.op_type,
             "description": self.description,
             "tags": list(self.tags),
-            "axes": self.axes,
+            "axes": {k: a.model_dump(exclude_defaults=True) for k, a in self.axes.items()},   # as written
             "constraints": list(self.constraints),
             "inputs": {t.name: spec(t) for t in self.inputs},
             "outputs": {t.name: spec(t) for t in self.outputs},
@@ -106,8 +168,8 @@ class Definition:
         """Plain-text rendering for prompts: axes, tensors, constraints and the reference."""
         lines = [f"Name: {self.name}", f"Type: {self.op_type}", "Axes:"]
         for k, v in self.axes.items():
-            val = v.get("value", "variable")
-            lines.append(f"  {k}: {val}" + (f"  ({v['description']})" if v.get("description") else ""))
+            val = v.value if v.value is not None else "variable"
+            lines.append(f"  {k}: {val}" + (f"  ({v.description})" if v.description else ""))
         for title, group in (("Inputs", self.inputs), ("Outputs", self.outputs)):
             lines.append(f"{title}:")
             for t in group:
@@ -121,89 +183,19 @@ class Definition:
         return "\n".join(lines)
 
 
-class _Axis(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    type: Literal["const", "var"]
-    value: Optional[int] = None
-    description: str = ""
-
-    @model_validator(mode="after")
-    def _const_has_value(self) -> "_Axis":
-        if self.type == "const" and self.value is None:
-            raise ValueError("a const axis needs an integer 'value'")
-        return self
-
-
-class _Tensor(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    shape: Optional[list[str]]                # None: a Python scalar
-    dtype: str
-    description: str = ""
-
-    @field_validator("dtype")
-    @classmethod
-    def _known_dtype(cls, v: str) -> str:
-        if v not in DTYPES:
-            raise ValueError(f"unknown dtype {v!r}; allowed: {sorted(DTYPES)}")
-        return v
-
-
-class _DefinitionDoc(BaseModel):
-    """The document as FlashInfer-Bench writes it; cross-field rules are checked in parse_definition."""
-    model_config = ConfigDict(extra="allow")
-    name: str
-    op_type: str
-    axes: dict[str, _Axis]
-    inputs: dict[str, _Tensor] = Field(min_length=1)
-    outputs: dict[str, _Tensor] = Field(min_length=1)
-    reference: Optional[str] = None
-    constraints: list[str] = Field(default_factory=list)
-    tags: list[str] = Field(default_factory=list)
-    description: str = ""
-
-
-def _specs(group: dict[str, _Tensor], where: str, axes: dict[str, Any]) -> tuple[TensorSpec, ...]:
-    specs = []
-    for name, t in group.items():
-        missing = [a for a in t.shape or () if a not in axes]
-        if missing:
-            raise DefinitionError(f"{where}.{name}: shape uses undeclared axes {missing}")
-        specs.append(TensorSpec(name, tuple(t.shape) if t.shape is not None else None, t.dtype, t.description))
-    return tuple(specs)
-
-
 def parse_definition(doc: dict[str, Any], reference: str | None = None) -> Definition:
     """Validate a definition document; `reference` overrides the document's reference source."""
     try:
-        d = _DefinitionDoc.model_validate(doc)
+        return Definition.model_validate({**doc, "reference": reference} if reference is not None else doc)
     except ValidationError as e:
         err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"])
+        loc = list(err["loc"])
+        if len(loc) > 1 and loc[0] in ("inputs", "outputs") and isinstance(loc[1], int) \
+                and isinstance(doc.get(loc[0]), dict):
+            loc[1] = list(doc[loc[0]])[loc[1]]      # the tensor's name, as the document keys it
+        where = ".".join(str(x) for x in loc)
         what = "required field missing" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
-        raise DefinitionError(f"definition: {where}: {what}") from None
-    axes = {k: a.model_dump(exclude_defaults=True) for k, a in d.axes.items()}     # as written: type, value, description
-    inputs = _specs(d.inputs, "inputs", axes)
-    outputs = _specs(d.outputs, "outputs", axes)
-    overlap = set(d.inputs) & set(d.outputs)
-    if overlap:
-        raise DefinitionError(f"input and output names overlap: {sorted(overlap)}")
-    ref = reference if reference is not None else d.reference
-    if not ref:
-        raise DefinitionError("definition has no reference source")
-    try:
-        tree = ast.parse(ref)
-    except SyntaxError as e:
-        raise DefinitionError(f"reference does not parse: {e}") from e
-    if not any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):
-        raise DefinitionError("reference must define a top-level function `run`")
-    for c in d.constraints:
-        try:
-            ast.parse(c, mode="eval")
-        except SyntaxError as e:
-            raise DefinitionError(f"constraint {c!r} does not parse: {e}") from e
-    return Definition(name=d.name, op_type=d.op_type, axes=axes, inputs=inputs, outputs=outputs, reference=ref,
-                      constraints=tuple(d.constraints), tags=tuple(d.tags), description=d.description,
-                      extra=dict(d.model_extra or {}))
+        raise DefinitionError(f"definition: {where}: {what}" if where else f"definition: {what}") from None
 
 
 def load_definition(task_dir: Path) -> Definition:

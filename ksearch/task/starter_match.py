@@ -123,8 +123,8 @@ def check_starter(task_dir: Path) -> str | None:
     task = load_task(task_dir.name, task_dir.parent)
     catalog = load_catalog(task.strategies_dir, task.name)
     device = resolve_device("auto")
-    settings = EvalSettings(device=device, timeout_s=180.0, warmup=0 if device == "cpu" else 3,
-                            iterations=1 if device == "cpu" else 5, trials=1, check_trials=1)
+    settings = EvalSettings(device=device, timeout_s=180.0, warmup=0 if device == "cpu" else 3, trials=1,
+                            check_trials=1)
     entries = [(catalog.render(f.name, {}), f"starter_{f.name}") for f in catalog.families]
     with Evaluator(task, settings) as ev:
         reports = ev.remeasure(entries, task.workload_set("tiny"), None)

@@ -4,7 +4,7 @@ Three numbers per node, each in one frame only:
 - `score`: against the baseline (the run's score);
 - `vs_parent`: against the kernel the node started from; None for a family under a root without a kernel;
 - `predicted` / `measured`: the model's prediction and the measurement in the prediction's own frame
-  (against the parent's kernel, or against the baseline for a family; see viz/speedups.py).
+  (against the parent's kernel, or against the baseline for a family; see world_model/facts.py).
 
 The run's best (best/manifest.json) marks its node: `is_best` when best/ holds that node's kernel, whose
 row then shows the best's own score (the one best number every view prints), or `in_best` for each node
@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 from ksearch.store.best_manifest import BestKind, BestManifest
 from ksearch.store.short_ids import ShortIds
-from ksearch.viz.speedups import family_of, measured_vs_parent, predicted_speedup, vs_parent_kernel
 from ksearch.world_model import Node, WorldModel
+from ksearch.world_model.node import NodeStatus
+from ksearch.world_model.facts import facts
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class NodeRow:
     short: str
     parent_id: str | None
     depth: int
-    status: str                 # Node.status: open, closed, failed, pruned, decision
+    status: NodeStatus
     title: str
     family: str | None          # the family's full node id
     score: float | None
@@ -58,21 +59,17 @@ def node_rows(wm: WorldModel, ids: ShortIds, best: BestManifest | str | None) ->
     ids.covering(wm)
     rows: dict[str, NodeRow] = {}
     for node in wm.nodes():
-        fam = family_of(wm, node.node_id) if not node.is_root else None
-        score = node.solution.score if node.solution and node.solution.score is not None else None
+        f = facts(wm, node)
+        score = f.score
         is_best = node.node_id == kernel_node
         # the best kernel's row is about the best's own measurement (a near-tie re-measurement, say)
         rescale = best_score / score if is_best and best_score is not None and score else 1.0
-        vs_parent = None if node.is_root else vs_parent_kernel(wm, node)
-        measured = None if node.is_root else measured_vs_parent(wm, node)
         rows[node.node_id] = NodeRow(
             node_id=node.node_id, short=ids.short(node.node_id), parent_id=node.parent_id,
-            depth=wm.depth(node.node_id), status=node.status, title=node_title(node),
-            family=fam.node_id if fam else None,
+            depth=wm.depth(node.node_id), status=node.status, title=node_title(node), family=f.family_id,
             score=best_score if is_best and best_score is not None else score,
-            vs_parent=vs_parent * rescale if vs_parent is not None else None,
-            predicted=None if node.is_root else predicted_speedup(node),
-            measured=measured * rescale if measured is not None else None,
+            vs_parent=f.vs_base_kernel * rescale if f.vs_base_kernel is not None else None,
+            predicted=f.predicted, measured=f.measured * rescale if f.measured is not None else None,
             attempts=node.attempts, failed_cycles=node.failed_cycles,
             on_best_path=node.node_id in best_path, is_best=is_best, in_best=node.node_id in members)
     return rows

@@ -16,11 +16,12 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from ksearch.eval.report import Status
 from ksearch.store.best_manifest import BestKind, BestManifest, manifest_from_history
 from ksearch.store.history import Evaluation, RunHistory
 from ksearch.store.short_ids import ShortIds
-from ksearch.viz.speedups import base_node, measured_vs_parent, parent_score, predicted_speedup
 from ksearch.world_model import Node, WorldModel
+from ksearch.world_model.facts import facts
 
 
 #: What ends a code line cut to the terminal's width.
@@ -90,17 +91,16 @@ def _plan(wm: WorldModel, node: Node, ids: ShortIds, best: BestManifest | None =
         if a.rationale:
             t.add_row("why", a.rationale)
         t.add_row("difficulty", f"{a.difficulty}   priority {a.score:.2f}")
-        meas, base, predicted = measured_vs_parent(wm, node), parent_score(wm, node), predicted_speedup(node)
-        pred = f"{predicted:.3g}x" if predicted else "-"
-        parent = base_node(wm, node)
-        if parent is not None and parent.is_root and not (parent.solution and parent.solution.score):
-            # a family: the root holds no kernel, so the prediction and the measurement are against the baseline
-            t.add_row("vs baseline", f"predicted {pred}, measured " + (f"{meas:.3g}x (the parent is the root, "
+        f = facts(wm, node)
+        pred = f"{f.predicted:.3g}x" if f.predicted is not None else "-"
+        if f.against_baseline:
+            t.add_row("vs baseline", f"predicted {pred}, measured " + (f"{f.measured:.3g}x (the parent is the root, "
                                                                          f"which holds no kernel)"
-                                                                         if meas is not None else "-"))
+                                                                         if f.measured is not None else "-"))
         else:
-            t.add_row("vs parent", f"predicted {pred}, measured " + (f"{meas:.3g}x (score {node.solution.score:.4g} / "
-                                                                     f"parent {base:.4g})" if meas is not None else "-"))
+            t.add_row("vs parent", f"predicted {pred}, measured " + (f"{f.measured:.3g}x (score {f.score:.4g} / "
+                                                                     f"parent {f.parent_score:.4g})"
+                                                                     if f.measured is not None else "-"))
         if a.params:
             t.add_row("params", json.dumps(a.params, sort_keys=True))
     if node.solution:
@@ -158,7 +158,7 @@ def _workloads(history: RunHistory, e: Evaluation) -> RenderableType:
             baseline = _fmt(w.baseline_ms) + _spread(getattr(w, "baseline_spread", None))
         else:                                               # the run's baseline measurement
             baseline = _fmt(base.get(w.workload)) + _spread(base_spread.get(w.workload))
-        t.add_row(w.workload, Text(w.status, style="green" if w.status == "PASSED" else "red"),
+        t.add_row(w.workload, Text(w.status, style="green" if w.status == Status.PASSED else "red"),
                   _fmt(w.latency_ms) + _spread(getattr(w, "spread", None)), baseline, f"{sp:.3g}x" if sp else "-",
                   _fmt(w.max_abs_error, ".3g"), _fmt(w.max_rel_error, ".3g"), Text(w.message[:200]))
     parts: list[RenderableType] = [t]

@@ -13,9 +13,10 @@ from ksearch.store.best_manifest import BestKind, manifest_from_history
 from ksearch.store.history import RunHistory
 from ksearch.store.short_ids import ShortIds
 from ksearch.viz import plots
-from ksearch.viz.speedups import PredictionPoint, families, family_of, geometric_error, prediction_points
+from ksearch.viz.speedups import PredictionPoint, geometric_error, prediction_points
 from ksearch.viz.tree_view import format_duration, found_at
 from ksearch.world_model import WorldModel
+from ksearch.world_model.facts import families, family_of, measured_score
 
 
 def write_report(history: RunHistory, out_dir: Path | None = None) -> Path:
@@ -147,7 +148,7 @@ def _narrative(h: RunHistory, wm: WorldModel | None, ids: ShortIds) -> str:
     fams = families(wm)
     per_fam: dict[str, list] = {f.node_id: [] for f in fams}
     for e in h.evaluations:
-        fam = family_of(wm, e.node_id) if e.node_id in wm else None
+        fam = family_of(wm, wm.node(e.node_id)) if e.node_id in wm else None
         if fam is not None:
             per_fam.setdefault(fam.node_id, []).append(e)
     tried = [f for f in fams if per_fam.get(f.node_id)]
@@ -156,10 +157,9 @@ def _narrative(h: RunHistory, wm: WorldModel | None, ids: ShortIds) -> str:
     for f in tried:
         evals = per_fam[f.node_id]
         failed_attempts = sum(1 for e in evals if not e.passed)
-        closed = [n for n in wm.nodes() if n.is_closed and (fam := family_of(wm, n.node_id)) and
-                  fam.node_id == f.node_id]
+        closed = [n for n in wm.nodes() if n.is_closed and (fam := family_of(wm, n)) and fam.node_id == f.node_id]
         # the closed nodes' scores, as the search judged them (a first measurement can be noise)
-        scores = [n.solution.score for n in closed if n.solution and n.solution.score is not None]
+        scores = [s for s in map(measured_score, closed) if s is not None]
         lines.append(f"- {_md(f.choice or f.node_id)} (`{ids.short(f.node_id)}`): {len(evals)} attempts, "
                      f"{failed_attempts} failed, {len(closed)} steps closed, best "
                      + (f"{max(scores):.4g}x" if scores else "none closed"))
@@ -214,11 +214,6 @@ def _cost(h: RunHistory) -> str:
             f"| evaluation time | {format_duration(h.eval_s)}{share} |\n"
             f"| rounds | {h.rounds} |\n"
             f"| evaluations | {len(h.evaluations)} |\n")
-
-
-def _score_name(h: RunHistory) -> str:
-    report = h.best_report()
-    return (report.score_name or "score").replace("_", " ") if report else "score"
 
 
 def _md(text: str) -> str:

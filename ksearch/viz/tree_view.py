@@ -16,13 +16,14 @@ from ksearch.store.best_manifest import BestKind, BestManifest, manifest_from_hi
 from ksearch.store.history import NotARunError, RunHistory
 from ksearch.store.short_ids import ShortIds
 from ksearch.viz.node_rows import NodeRow, best_mark, node_rows, node_title, pred_meas, speedup
-from ksearch.viz.speedups import families
 from ksearch.viz.width import terminal_width  # noqa: F401 - part of this module's API (cli, tests)
 from ksearch.world_model import Node, WorldModel
+from ksearch.world_model.facts import families, measured_score
+from ksearch.world_model.node import NodeStatus
 
 #: Node.status values, for `ksearch show --status`.
-NODE_STATUSES = ("open", "closed", "failed", "pruned", "decision")
-_STATUS_STYLE = {"closed": "green", "open": "cyan", "failed": "red", "pruned": "dim", "decision": "white"}
+STATUS_STYLE = {NodeStatus.closed: "green", NodeStatus.open: "cyan", NodeStatus.failed: "red",
+                NodeStatus.pruned: "dim", NodeStatus.decision: "white"}
 #: Widths of the right-hand columns: status, score vs baseline, vs parent, predicted -> measured.
 _COLS = (("status", 6), ("vs base", 9), ("vs par", 7), ("pred->meas", 14))
 _RIGHT = sum(w for _, w in _COLS) + len(_COLS)      # one space before each column
@@ -126,7 +127,7 @@ def _row_line(prefix: str, row: NodeRow, width: int, *, context: bool) -> Text:
     left = width - _RIGHT
     if len(prefix) > left // 2:       # very deep: keep the innermost guides
         prefix = "…" + prefix[-(left // 2 - 1):]
-    t = Text(style="dim" if context or row.status == "pruned" else "")
+    t = Text(style="dim" if context or row.status == NodeStatus.pruned else "")
     guide_style = "bold magenta" if row.on_best_path else "dim"
     t.append(prefix + (" " if prefix else ""), style=guide_style)
     t.append(row.short, style="bold magenta" if row.on_best_path else "bold")
@@ -134,8 +135,8 @@ def _row_line(prefix: str, row: NodeRow, width: int, *, context: bool) -> Text:
     title = best_mark(row) + row.title
     t.append(" " + _fit(title, title_room).ljust(max(0, title_room)),
              style="bold" if row.is_best else ("" if not row.is_family else "italic"))
-    status = "best" if row.is_best else ("-" if row.status == "decision" else row.status)
-    t.append(" " + status.rjust(_COLS[0][1]), style="bold magenta" if row.is_best else _STATUS_STYLE.get(row.status, ""))
+    status = "best" if row.is_best else ("-" if row.status == NodeStatus.decision else row.status)
+    t.append(" " + status.rjust(_COLS[0][1]), style="bold magenta" if row.is_best else STATUS_STYLE.get(row.status, ""))
     t.append(" " + speedup(row.score).rjust(_COLS[1][1]), style="green" if row.score is not None else "dim")
     vp = row.vs_parent
     t.append(" " + speedup(vp).rjust(_COLS[2][1]),
@@ -150,7 +151,7 @@ def _fold_line(prefix: str, hidden: list[NodeRow], width: int, under: str) -> Te
     counts: dict[str, int] = {}
     for r in hidden:
         counts[r.status] = counts.get(r.status, 0) + 1
-    parts = ", ".join(f"{counts[s]} {s}" for s in NODE_STATUSES if counts.get(s))
+    parts = ", ".join(f"{counts[s]} {s}" for s in NodeStatus if counts.get(s))
     best = max((r.score for r in hidden if r.score is not None), default=None)
     text = (f"{prefix} … {len(hidden)} more ({parts}" + (f"; best {speedup(best)}" if best is not None else "")
             + f"): --node {under}")
@@ -180,8 +181,8 @@ def family_table(wm: WorldModel, ids: ShortIds | None = None, width: int | None 
         t.add_column(col, no_wrap=True, justify="right")
     for fam in families(wm):
         sub = [wm.node(n) for n in nx.descendants(wm.graph, fam.node_id) | {fam.node_id}]
-        scored = [n for n in sub if n.solution and n.solution.score is not None]
-        top = max(scored, key=lambda n: n.solution.score) if scored else None
+        scored = [n for n in sub if measured_score(n) is not None]
+        top = max(scored, key=measured_score) if scored else None
         t.add_row(f"{ids.short(fam.node_id)} {node_title(fam)}",
                   f"{top.solution.score:.4g}x" if top else "-",
                   f"{top.solution.latency_ms:.4g}" if top and top.solution.latency_ms else "-",

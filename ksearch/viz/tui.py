@@ -33,12 +33,12 @@ from ksearch.store.lock import probe
 from ksearch.store.short_ids import ShortIds
 from ksearch.viz.node_rows import NodeRow, best_mark, node_rows, speedup
 from ksearch.viz.node_view import kernel_diff, node_sections, shown_evaluation
-from ksearch.viz.speedups import families
-from ksearch.viz.tree_view import NODE_STATUSES, no_tree_message, run_summary
+from ksearch.viz.tree_view import STATUS_STYLE, no_tree_message, run_summary
 from ksearch.world_model import WorldModel
+from ksearch.world_model.facts import families
+from ksearch.world_model.node import NodeStatus
 
 SECTIONS = ("plan", "attempts", "kernel", "diff")
-_STATUS_STYLE = {"closed": "green", "open": "cyan", "failed": "red", "pruned": "dim", "decision": "white"}
 
 
 class NoTerminal(RuntimeError):
@@ -260,7 +260,7 @@ class RunBrowser(App[None]):
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(f"{row.short} ", style="bold magenta" if row.on_best_path else "bold")
         t.append(best_mark(row) + (row.status if not row.is_best else "best"),
-                 style="bold magenta" if row.is_best else _STATUS_STYLE.get(row.status, ""))
+                 style="bold magenta" if row.is_best else STATUS_STYLE.get(row.status, ""))
         if row.score is not None:
             t.append(f" {speedup(row.score)}", style="green")
         t.append(" " + row.title, style="bold" if row.is_best else "")
@@ -357,7 +357,7 @@ class RunBrowser(App[None]):
             self.notify(f"best/ is a {best.describe()}")
 
     def action_cycle_status(self) -> None:
-        order = [None, *NODE_STATUSES]
+        order = [None, *NodeStatus]
         self.status_filter = order[(order.index(self.status_filter) + 1) % len(order)]
         self._filters_changed()
 

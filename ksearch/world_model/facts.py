@@ -99,22 +99,47 @@ def best_score(wm: WorldModel) -> float | None:
     return max(scores) if scores else None
 
 
+def base_kernel_score(wm: WorldModel, node: Node) -> float | None:
+    """Score of the kernel `node` really started from: its base's measured score, the root's only when the
+    root holds a (seed) kernel. Unlike `parent_score`, the baseline never stands in for it."""
+    base = base_node(wm, node)
+    return measured_score(base) if base is not None else None
+
+
 @dataclass(frozen=True)
 class NodeFacts:
     """Everything above for one node, for views that show a node's numbers together."""
 
     node_id: str
     base_id: str | None
+    base_is_root: bool
     family_id: str | None
-    structural: bool
     score: float | None
     parent_score: float | None
+    base_kernel_score: float | None
     predicted: float | None
     measured: float | None
 
+    @property
+    def against_baseline(self) -> bool:
+        """The node starts from the root, which holds no kernel: its prediction and measurement are against
+        the baseline."""
+        return self.base_is_root and self.base_kernel_score is None
+
+    @property
+    def vs_base_kernel(self) -> float | None:
+        """Score over the score of the kernel the node really started from (None when that base holds no
+        kernel: a family under a root without a seed, whose only comparison is the baseline)."""
+        if self.score is None or self.base_kernel_score is None:
+            return None
+        return self.score / self.base_kernel_score
+
 
 def facts(wm: WorldModel, node: Node) -> NodeFacts:
+    """The node's facts, computed together."""
     base, fam = base_node(wm, node), family_of(wm, node)
-    return NodeFacts(node.node_id, base.node_id if base else None, fam.node_id if fam else None,
-                     is_structural(node), measured_score(node), parent_score(wm, node), predicted_speedup(node),
-                     measured_speedup(wm, node))
+    return NodeFacts(node_id=node.node_id, base_id=base.node_id if base else None,
+                     base_is_root=base is not None and base.is_root, family_id=fam.node_id if fam else None,
+                     score=measured_score(node), parent_score=parent_score(wm, node),
+                     base_kernel_score=base_kernel_score(wm, node), predicted=predicted_speedup(node),
+                     measured=measured_speedup(wm, node))

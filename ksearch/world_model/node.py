@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum, auto
 from typing import Any
+
+
+class NodeStatus(StrEnum):
+    """Where a node stands, in the order views list them."""
+
+    open = auto()               # an action not tried yet
+    closed = auto()             # a kernel attached
+    failed = auto()             # retired after failed cycles
+    pruned = auto()
+    decision = auto()           # no action: the root, or a node that groups smaller steps
 
 
 @dataclass
@@ -79,16 +90,16 @@ class Node:
         return (self.choice or (self.action.title if self.action else "") or self.decision or "").strip()
 
     @property
-    def status(self) -> str:
+    def status(self) -> NodeStatus:
         if self.pruned:
-            return "pruned"
+            return NodeStatus.pruned
         if self.solution is not None:
-            return "closed"
+            return NodeStatus.closed
         if self.retired:
-            return "failed"
+            return NodeStatus.failed
         if self.action is not None:
-            return "open"
-        return "decision"
+            return NodeStatus.open
+        return NodeStatus.decision
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

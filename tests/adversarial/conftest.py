@@ -14,7 +14,7 @@ from tests.adversarial.kernels import TASK
 
 
 def settings(**kw) -> EvalSettings:
-    base = dict(device="cpu", timeout_s=30, warmup=0, iterations=1, trials=3, check_trials=2)
+    base = dict(device="cpu", timeout_s=30, warmup=0, trials=3, check_trials=2)
     base.update(kw)
     return EvalSettings(**base)
 

@@ -10,8 +10,7 @@ never becomes a run's best.
 
 import pytest
 
-from ksearch.eval.report import (INCORRECT_LATE_WRITE, INCORRECT_NUMERICAL, INCORRECT_TAMPERING, PASSED,
-                                 RUNTIME_ERROR)
+from ksearch.eval.report import Status
 from tests.adversarial import clock_kernels as ck
 from tests.adversarial import kernels as k
 
@@ -25,13 +24,13 @@ def _beside_honest(evaluator, workloads, baseline, name):
     """(the trick's report, an honest kernel's report) from one job that times them side by side."""
     trick, honest = evaluator.remeasure([(getattr(ck, name), name.lower()), (k.GOOD, "honest_beside_" + name.lower())],
                                         workloads, baseline)
-    assert honest.status == PASSED, honest.summary() + honest.log[-2000:]
+    assert honest.status == Status.PASSED, honest.summary() + honest.log[-2000:]
     return trick, honest
 
 
 def _honest_after(evaluator, workloads, baseline, honest, name):
     r = evaluator.evaluate(k.GOOD, "good_after_" + name.lower(), workloads, baseline)
-    assert r.status == PASSED, r.summary() + r.log[-2000:]
+    assert r.status == Status.PASSED, r.summary() + r.log[-2000:]
     assert r.score is not None and r.score > 0
     fastest, before = min(r.workloads[0].trial_ms), min(honest.workloads[0].trial_ms)
     assert 0.2 < fastest / before < 5.0, (r.workloads[0].trial_ms, honest.workloads[0].trial_ms)
@@ -45,21 +44,22 @@ def _no_gain(trick, honest):
 
 
 @pytest.mark.parametrize("name,allowed", [
-    ("PRESEND_AT_IMPORT", {INCORRECT_TAMPERING, INCORRECT_NUMERICAL}),     # a reply before the load's
-    ("PRESEND_IN_CALL", {INCORRECT_TAMPERING, INCORRECT_NUMERICAL}),       # the next reply written ahead
-    ("PRESEND_THREAD", {INCORRECT_TAMPERING, INCORRECT_NUMERICAL}),        # "done" always waiting
-    ("WRAPS_SEND_INTERNALS", {INCORRECT_TAMPERING, INCORRECT_NUMERICAL}),  # every send followed by a "done"
-    ("TAKEOVER_EARLY_REPLY", {INCORRECT_NUMERICAL}),                       # its own loop: "done", then work
-    ("TAKEOVER_STALE", {INCORRECT_NUMERICAL}),                             # the last call's outputs, "done"
-    ("TAKEOVER_CLAIMS_PASSED", {RUNTIME_ERROR, INCORRECT_NUMERICAL}),      # "status": "PASSED", no outputs
-    ("SKIPS_OUTPUT_COPY", {INCORRECT_NUMERICAL, INCORRECT_LATE_WRITE}),    # the harness's copy made a no-op
+    ("PRESEND_AT_IMPORT", {Status.INCORRECT_TAMPERING, Status.INCORRECT_NUMERICAL}),     # a reply before the load's
+    ("PRESEND_IN_CALL", {Status.INCORRECT_TAMPERING, Status.INCORRECT_NUMERICAL}),       # the next reply written ahead
+    ("PRESEND_THREAD", {Status.INCORRECT_TAMPERING, Status.INCORRECT_NUMERICAL}),        # "done" always waiting
+    # every send followed by a "done"
+    ("WRAPS_SEND_INTERNALS", {Status.INCORRECT_TAMPERING, Status.INCORRECT_NUMERICAL}),
+    ("TAKEOVER_EARLY_REPLY", {Status.INCORRECT_NUMERICAL}),                       # its own loop: "done", then work
+    ("TAKEOVER_STALE", {Status.INCORRECT_NUMERICAL}),                             # the last call's outputs, "done"
+    ("TAKEOVER_CLAIMS_PASSED", {Status.RUNTIME_ERROR, Status.INCORRECT_NUMERICAL}),   # "status": "PASSED", no outputs
+    ("SKIPS_OUTPUT_COPY", {Status.INCORRECT_NUMERICAL, Status.INCORRECT_LATE_WRITE}),  # the harness's copy: a no-op
 ])
 def test_a_reply_ahead_of_the_work_fails_or_gains_nothing(unchecked, workloads, baseline, name, allowed):
     """A "done" that overtakes the work fails: the judge copies the output slots when the reply arrives and
     finds NaN or stale values. Its only way to pass is for the work to be finished before that copy, inside
     the judge's window: then it is timed in full (a race the candidate may win on a busy machine)."""
     r, honest = _beside_honest(unchecked, workloads, baseline, name)
-    if r.status == PASSED:
+    if r.status == Status.PASSED:
         _no_gain(r, honest)
     else:
         assert r.status in allowed, r.summary() + "\n" + r.log[-2000:]
@@ -74,7 +74,7 @@ def test_a_reply_ahead_of_the_work_fails_or_gains_nothing(unchecked, workloads, 
 ])
 def test_work_moved_or_harness_replaced_gains_nothing(unchecked, workloads, baseline, name):
     r, honest = _beside_honest(unchecked, workloads, baseline, name)
-    assert r.status == PASSED, r.summary() + "\n" + r.log[-2000:]
+    assert r.status == Status.PASSED, r.summary() + "\n" + r.log[-2000:]
     _no_gain(r, honest)
     assert r.workloads[0].self_reported_ms is None          # its claims were not even recorded
     _honest_after(unchecked, workloads, baseline, honest, name)
@@ -85,8 +85,8 @@ def test_the_shared_file_cannot_be_shrunk_under_the_judge(bare, workloads, basel
     its worker, the kernel passes as the honest one it otherwise is."""
     started = bare.workers_started
     r = bare.evaluate(ck.TRUNCATES_SHARED, "truncates_shared", workloads, baseline)
-    assert r.status == PASSED, r.summary() + r.log[-1500:]
-    assert bare.evaluate(k.GOOD, "good_after_truncates", workloads, baseline).status == PASSED
+    assert r.status == Status.PASSED, r.summary() + r.log[-1500:]
+    assert bare.evaluate(k.GOOD, "good_after_truncates", workloads, baseline).status == Status.PASSED
     assert bare.workers_started == max(started, 1)
 
 
@@ -94,15 +94,15 @@ def test_the_other_kernels_of_a_job_are_stopped_while_one_is_timed(unchecked, wo
     """Side-by-side timing (near-ties): a kernel's background threads must not slow its rival's calls."""
     probe, slow = unchecked.remeasure([(ck.FROZEN_WHILE_OTHERS_RUN, "frozen_probe"), (ck.SLOW_HONEST, "slow_honest")],
                                       workloads, baseline)
-    assert slow.status == PASSED, slow.summary()
-    assert probe.status == PASSED, probe.summary() + probe.log[-1500:]
+    assert slow.status == Status.PASSED, slow.summary()
+    assert probe.status == Status.PASSED, probe.summary() + probe.log[-1500:]
 
 
 def test_tricks_are_caught_with_static_checks_and_audit_on_too(checked, workloads, baseline):
     """The default evaluator: the same tricks fail there (refused earlier, or by the judge)."""
     for name in ("PRESEND_IN_CALL", "TAKEOVER_EARLY_REPLY"):
         r = checked.evaluate(getattr(ck, name), name.lower(), workloads, baseline)
-        assert r.status != PASSED and r.score is None, r.summary()
+        assert r.status != Status.PASSED and r.score is None, r.summary()
 
 
 def test_a_seed_solution_answering_before_its_work_never_becomes_the_best(tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ksearch.eval.evaluator import EvalSettings, Evaluator
-from ksearch.eval.report import INCORRECT_LATE_WRITE, INCORRECT_NUMERICAL, INCORRECT_TAMPERING, PASSED, RUNTIME_ERROR
+from ksearch.eval.report import Metric, Status
 from tests.adversarial import clock_kernels as ck
 from tests.adversarial import kernels as k
 
@@ -51,7 +51,7 @@ def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale):
 
 @pytest.fixture(scope="module")
 def gpu_eval(task):
-    ev = Evaluator(task, EvalSettings(device="cuda", timeout_s=600, warmup=3, iterations=10, trials=3,
+    ev = Evaluator(task, EvalSettings(device="cuda", timeout_s=600, warmup=3, trials=3,
                                       check_trials=2, static_checks=False))
     yield ev
     ev.close()
@@ -71,8 +71,8 @@ def test_a_cuda_kernel_on_a_stream_of_its_own_is_timed_by_the_judges_clock(gpu_e
     assert OWN_STREAM_CU != GQA_CU and "own_stream()>>>" in OWN_STREAM_CU.replace(" ", "")
     current = gpu_eval.evaluate(GQA_CU, "gqa_cu_current_stream", gpu_workloads, gpu_baseline)
     own = gpu_eval.evaluate(OWN_STREAM_CU, "gqa_cu_own_stream", gpu_workloads, gpu_baseline)
-    assert current.status == PASSED, current.summary() + current.log[-3000:]
-    assert own.status == PASSED, own.summary() + own.log[-3000:]
+    assert current.status == Status.PASSED, current.summary() + current.log[-3000:]
+    assert own.status == Status.PASSED, own.summary() + own.log[-3000:]
     for a, b in zip(current.workloads, own.workloads):
         print(f"\n{a.workload}: caller's stream {a.gpu_time_ms * 1e3:.1f} us ({a.timing_method}); own stream "
               f"{b.gpu_time_ms * 1e3:.1f} us ({b.timing_method}: {b.message})")
@@ -84,8 +84,8 @@ def test_a_cuda_kernel_on_a_stream_of_its_own_is_timed_by_the_judges_clock(gpu_e
 def test_a_graph_emptied_on_purpose_gains_nothing(gpu_eval, gpu_workloads, gpu_baseline):
     honest = gpu_eval.evaluate(k.GOOD, "honest_eager", gpu_workloads, gpu_baseline)
     cheat = gpu_eval.evaluate(EMPTY_WHEN_CAPTURED, "empty_when_captured", gpu_workloads, gpu_baseline)
-    assert honest.status == PASSED, honest.summary()
-    assert cheat.status == PASSED, cheat.summary() + cheat.log[-3000:]
+    assert honest.status == Status.PASSED, honest.summary()
+    assert cheat.status == Status.PASSED, cheat.summary() + cheat.log[-3000:]
     for a, b in zip(honest.workloads, cheat.workloads):
         assert b.timing_method == "eager_sync", b
         assert b.gpu_time_ms > 0.5 * a.gpu_time_ms, (a.gpu_time_ms, b.gpu_time_ms)
@@ -96,13 +96,13 @@ def test_a_graph_emptied_on_purpose_gains_nothing(gpu_eval, gpu_workloads, gpu_b
 def test_replies_ahead_and_takeovers_fail_or_gain_nothing_on_the_gpu(gpu_eval, gpu_workloads, gpu_baseline, name):
     honest = gpu_eval.evaluate(k.GOOD, "honest_beside_" + name.lower(), gpu_workloads, gpu_baseline)
     r = gpu_eval.evaluate(getattr(ck, name), name.lower(), gpu_workloads, gpu_baseline)
-    if r.status == PASSED:
+    if r.status == Status.PASSED:
         for a, b in zip(honest.workloads, r.workloads):
             assert b.gpu_time_ms > 0.6 * a.gpu_time_ms, (name, a.gpu_time_ms, b.gpu_time_ms)
     else:
-        assert r.status in (INCORRECT_TAMPERING, INCORRECT_NUMERICAL, INCORRECT_LATE_WRITE, RUNTIME_ERROR,
-                            "COMPILE_ERROR"), r.summary()
-    assert gpu_eval.evaluate(k.GOOD, "good_after_" + name.lower(), gpu_workloads, gpu_baseline).status == PASSED
+        assert r.status in (Status.INCORRECT_TAMPERING, Status.INCORRECT_NUMERICAL, Status.INCORRECT_LATE_WRITE,
+                            Status.RUNTIME_ERROR, Status.COMPILE_ERROR), r.summary()
+    assert gpu_eval.evaluate(k.GOOD, "good_after_" + name.lower(), gpu_workloads, gpu_baseline).status == Status.PASSED
 
 
 def test_the_judges_window_costs_are_its_own_measurements(task, gpu_workloads):
@@ -114,7 +114,7 @@ def test_the_judges_window_costs_are_its_own_measurements(task, gpu_workloads):
     print(f"\nflush in a graph {f.in_graph_ms * 1e3:.2f} us; eager flush + 2 syncs {f.eager_sync_ms * 1e3:.2f} us")
     assert 0 < f.in_graph_ms < f.eager_sync_ms < 5.0
     judge = Judge(EvalJob(task=task.name, candidates=[], workloads=list(gpu_workloads), device="cuda",
-                          tasks_root=str(task.dir.parent)), spawner=None)
+                          metric=Metric.gpu_time, tasks_root=str(task.dir.parent)), spawner=None)
     for w in gpu_workloads:
         t0 = time.perf_counter()
         costs = judge.trusted(w)
@@ -150,7 +150,7 @@ def test_the_protocol_adds_little_per_candidate(task, gpu_workloads):
         starts, checks = [], []
         for i in range(3):
             judge = Timed(EvalJob(task=task.name, candidates=[(k.GOOD, f"c{i}")], workloads=[w], device="cuda",
-                                  tasks_root=str(task.dir.parent), timeout_s=300), spawner)
+                                  metric=Metric.gpu_time, tasks_root=str(task.dir.parent), timeout_s=300), spawner)
             c = judge.cands[0]
             t0 = time.perf_counter()
             judge.start(c, i)

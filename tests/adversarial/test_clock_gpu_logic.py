@@ -14,7 +14,7 @@ import torch
 
 from ksearch.eval import exchange, judge as judge_module, wire
 from ksearch.eval.judge import EvalJob, Judge, TrustedCosts
-from ksearch.eval.report import INCORRECT_NUMERICAL, INCORRECT_TAMPERING, PASSED
+from ksearch.eval.report import Metric, Status
 from tests.adversarial.kernels import TASK
 
 COSTS = TrustedCosts(reveal_ms=1.0, flush_ms=0.02, flush_sync_ms=0.05)
@@ -132,7 +132,7 @@ def gpu_judge(monkeypatch, task, workloads):
 
     def make(script, trials=3):
         job = EvalJob(task=TASK, candidates=[("# scripted", "scripted")], workloads=list(workloads), device="cpu",
-                      trials=trials, check_trials=1, iterations=10, warmup=1, timeout_s=60, floor_check=False)
+                      metric=Metric.gpu_time, trials=trials, check_trials=1, warmup=1, timeout_s=60, floor_check=False)
         j = Judge(job, ScriptedSpawner(task, script))
         j.on_gpu = True
         j.costs = {w.name: COSTS for w in workloads}
@@ -152,7 +152,7 @@ def test_a_graph_that_holds_the_work_is_the_clock_less_the_judges_own_costs(gpu_
     script = Script(kernels={"call_graph": 0, "flush_graph": 0, "one_call": 0}, event_ms=0.0)
     j, c = gpu_judge(script)
     status, row = _timed(j, c, w)
-    assert status == PASSED, c.report.summary()
+    assert status == Status.PASSED, c.report.summary()
     assert row.timing_method == "cuda_graph"
     windows = [(op, r) for op, r in script.log if op == "window"]
     graph = [r for op, r in windows if r["mode"] == "graph"]
@@ -172,7 +172,7 @@ def test_counts_that_miss_calls_send_the_kernel_to_the_judges_eager_clock(gpu_ju
     script = Script(kernels={"call_graph": 60, "flush_graph": 50, "one_call": 2})
     j, c = gpu_judge(script)
     status, row = _timed(j, c, w)
-    assert status == PASSED and row.timing_method == "eager_sync", (c.report.summary(), row)
+    assert status == Status.PASSED and row.timing_method == "eager_sync", (c.report.summary(), row)
     assert "were not recorded" in row.message
     assert all(r["mode"] != "graph" for op, r in script.log if op == "window")
 
@@ -183,7 +183,7 @@ def test_a_graph_replay_that_does_not_compute_fresh_outputs_is_not_the_clock(gpu
     script = Script(graph_is_empty=True)
     j, c = gpu_judge(script)
     status, row = _timed(j, c, w)
-    assert status == PASSED and row.timing_method == "eager_sync", (c.report.summary(), row)
+    assert status == Status.PASSED and row.timing_method == "eager_sync", (c.report.summary(), row)
     assert "did not produce their outputs" in row.message
     assert row.gpu_time_ms > 0.5 * script.per_call_ms
 
@@ -192,7 +192,7 @@ def test_not_capturable_also_goes_to_the_eager_clock(gpu_judge, workloads):
     script = Script(captured=False)
     j, c = gpu_judge(script)
     status, row = _timed(j, c, workloads[0])
-    assert status == PASSED and row.timing_method == "eager_sync" and "not capturable" in row.message
+    assert status == Status.PASSED and row.timing_method == "eager_sync" and "not capturable" in row.message
 
 
 @pytest.mark.parametrize("mode", ["graph", "eager", "eager_sync"])
@@ -200,7 +200,7 @@ def test_every_timed_window_is_verified(gpu_judge, workloads, mode):
     script = Script(wrong_in={mode}, captured=mode != "eager_sync")
     j, c = gpu_judge(script)
     status, _ = _timed(j, c, workloads[0])
-    assert status == INCORRECT_NUMERICAL, c.report.summary()
+    assert status == Status.INCORRECT_NUMERICAL, c.report.summary()
     assert "timed call" in c.report.summary()
 
 
@@ -209,7 +209,7 @@ def test_a_claimed_slow_estimate_cannot_shrink_the_windows(gpu_judge, workloads)
     script = Script(est_ms=100.0)
     j, c = gpu_judge(script)
     status, row = _timed(j, c, workloads[0])
-    assert status == PASSED, c.report.summary()
+    assert status == Status.PASSED, c.report.summary()
     captures = [r["n"] for op, r in script.log if op == "capture"]
     assert len(captures) == 2 and captures[1] > 1.5 * captures[0], captures
     windows = [r["n"] for op, r in script.log if op == "window" and r["mode"] == "graph"]
@@ -220,4 +220,4 @@ def test_a_reply_written_ahead_fails_on_the_gpu_path(gpu_judge, workloads):
     script = Script(presend_after="capture")
     j, c = gpu_judge(script)
     status, _ = _timed(j, c, workloads[0])
-    assert status in (INCORRECT_TAMPERING, INCORRECT_NUMERICAL), c.report.summary()
+    assert status in (Status.INCORRECT_TAMPERING, Status.INCORRECT_NUMERICAL), c.report.summary()

@@ -10,25 +10,24 @@ import os
 
 import pytest
 
-from ksearch.eval.report import (INCORRECT_LATE_WRITE, INCORRECT_NUMERICAL, INCORRECT_TAMPERING, PASSED,
-                                 RUNTIME_ERROR)
+from ksearch.eval.report import Status
 from tests.adversarial import kernels as k
 
-REFUSED_OR_WRONG = {INCORRECT_TAMPERING, INCORRECT_NUMERICAL}
+REFUSED_OR_WRONG = {Status.INCORRECT_TAMPERING, Status.INCORRECT_NUMERICAL}
 
 
 @pytest.mark.parametrize("name,allowed", [
-    ("REACH_MODULES", {INCORRECT_TAMPERING}),          # the task's files are closed to candidate code
-    ("REACH_TRACEBACK_FRAMES", {INCORRECT_TAMPERING}),  # frame introspection is refused
-    ("REACH_GC", {INCORRECT_TAMPERING}),                # gc introspection is refused
-    ("REACH_GETFRAME", {INCORRECT_TAMPERING}),
+    ("REACH_MODULES", {Status.INCORRECT_TAMPERING}),          # the task's files are closed to candidate code
+    ("REACH_TRACEBACK_FRAMES", {Status.INCORRECT_TAMPERING}),  # frame introspection is refused
+    ("REACH_GC", {Status.INCORRECT_TAMPERING}),                # gc introspection is refused
+    ("REACH_GETFRAME", {Status.INCORRECT_TAMPERING}),
     ("TOLERANCE_ZEROS", REFUSED_OR_WRONG),              # its tolerance is not the judge's
     ("VERDICT_NOOP", REFUSED_OR_WRONG),                 # there is no verdict in its process
     ("POISONS_REFERENCE", REFUSED_OR_WRONG),            # nor a reference to poison
-    ("FINALIZER_REWRITES", {INCORRECT_TAMPERING}),      # nor a report to rewrite
-    ("CONTENT_CACHE", {INCORRECT_NUMERICAL}),           # timed and checked inputs are always fresh
-    ("WRITES_FILE", {INCORRECT_TAMPERING}),
-    ("FORK_SETSID", {INCORRECT_TAMPERING}),
+    ("FINALIZER_REWRITES", {Status.INCORRECT_TAMPERING}),      # nor a report to rewrite
+    ("CONTENT_CACHE", {Status.INCORRECT_NUMERICAL}),           # timed and checked inputs are always fresh
+    ("WRITES_FILE", {Status.INCORRECT_TAMPERING}),
+    ("FORK_SETSID", {Status.INCORRECT_TAMPERING}),
 ])
 def test_each_trick_fails_with_a_named_status_and_the_next_honest_kernel_passes(unchecked, workloads, baseline,
                                                                                  name, allowed):
@@ -36,7 +35,7 @@ def test_each_trick_fails_with_a_named_status_and_the_next_honest_kernel_passes(
     assert r.status in allowed, r.summary() + "\n" + r.log[-2000:]
     assert r.score is None
     honest = unchecked.evaluate(k.GOOD, "good_after_" + name.lower(), workloads, baseline)
-    assert honest.status == PASSED, honest.summary() + honest.log[-2000:]
+    assert honest.status == Status.PASSED, honest.summary() + honest.log[-2000:]
     assert honest.score is not None and honest.score > 0
 
 
@@ -57,7 +56,7 @@ def test_work_skipped_past_a_tile_boundary_fails_on_the_cpu(checked, task, basel
     from ksearch.eval.report import BaselineTimes
     base = BaselineTimes("cpu", {"reference": {w.name: 1.0 for w in tiny}}, "fixed 1 ms")
     r = checked.evaluate(k.FIRST_128_TOKENS, "first_128", tiny, base)
-    assert r.status == INCORRECT_NUMERICAL, r.summary()
+    assert r.status == Status.INCORRECT_NUMERICAL, r.summary()
 
 
 def test_a_cheating_seed_solution_never_becomes_the_best(tmp_path):
@@ -78,5 +77,5 @@ def test_a_cheating_seed_solution_never_becomes_the_best(tmp_path):
 def test_late_and_deferred_writes_still_fail(unchecked, workloads, baseline):
     for name in ("BACKGROUND_THREAD", "DEFERRED", "REUSED_OUTPUT"):
         r = unchecked.evaluate(getattr(k, name), name.lower(), workloads, baseline)
-        assert r.status in {INCORRECT_LATE_WRITE, INCORRECT_NUMERICAL, RUNTIME_ERROR, INCORRECT_TAMPERING}, \
-            (name, r.summary())
+        assert r.status in {Status.INCORRECT_LATE_WRITE, Status.INCORRECT_NUMERICAL, Status.RUNTIME_ERROR,
+                            Status.INCORRECT_TAMPERING}, (name, r.summary())

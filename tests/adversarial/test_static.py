@@ -2,7 +2,7 @@
 
 import pytest
 
-from ksearch.eval.report import COMPILE_ERROR
+from ksearch.eval.report import Status
 from ksearch.eval.static_checks import StaticCheckConfig, check_source
 from tests.adversarial import kernels as k
 
@@ -50,7 +50,7 @@ def test_honest_kernels_and_catalog_families_pass_the_static_checks(task):
 
 def test_a_refusal_is_a_compile_error_that_names_the_line(checked, workloads, baseline):
     r = checked.evaluate(k.IMPORTS_REFERENCE, "imports_reference", workloads, baseline)
-    assert r.status == COMPILE_ERROR and "line 2: imports ksearch.task" in r.log
+    assert r.status == Status.COMPILE_ERROR and "line 2: imports ksearch.task" in r.log
     assert "line 2" in r.summary()
 
 

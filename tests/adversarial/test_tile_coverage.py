@@ -6,7 +6,7 @@ passed every CPU workload while no CPU sequence was longer than 128 tokens. The 
 INCORRECT_NUMERICAL; the honest kernel still passes the same set.
 """
 
-from ksearch.eval.report import INCORRECT_NUMERICAL, PASSED
+from ksearch.eval.report import Status
 from ksearch.eval.report import BaselineTimes
 from ksearch.task.paged import decode_workload
 from tests.adversarial import kernels as k
@@ -37,9 +37,9 @@ def test_first_tile_only_kernel_fails_on_the_cpu_tiny_set(checked, task):
     tiny = task.workload_set("tiny")
     assert max(max(w.params["kv_lens"]) for w in tiny) > 2 * 128
     r = checked.evaluate(FIRST_TILE_ONLY, "first_tile_only", tiny, _baseline(tiny))
-    assert r.status == INCORRECT_NUMERICAL, r.summary()
+    assert r.status == Status.INCORRECT_NUMERICAL, r.summary()
     good = checked.evaluate(k.GOOD, "good_after_first_tile", tiny, _baseline(tiny))
-    assert good.status == PASSED, good.summary() + good.log[-1500:]
+    assert good.status == Status.PASSED, good.summary() + good.log[-1500:]
 
 
 def test_first_tile_only_kernel_passed_the_old_short_workloads(checked):
@@ -50,4 +50,4 @@ def test_first_tile_only_kernel_passed_the_old_short_workloads(checked):
            decode_workload("old_b2_l131", 2, 131, 150, 1 / 128 ** 0.5)]
     assert max(max(w.params["kv_lens"]) for w in old) <= 128
     r = checked.evaluate(FIRST_TILE_ONLY, "first_tile_only_old", old, _baseline(old))
-    assert r.status == PASSED, r.summary()
+    assert r.status == Status.PASSED, r.summary()

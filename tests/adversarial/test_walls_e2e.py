@@ -17,14 +17,13 @@ from pathlib import Path
 import pytest
 
 from ksearch.eval.evaluator import Evaluator
-from ksearch.eval.report import (INCORRECT_NUMERICAL, INCORRECT_TAMPERING, PASSED, RUNTIME_ERROR, TIMEOUT,
-                                 BaselineTimes)
+from ksearch.eval.report import BaselineTimes, Status
 from ksearch.task import load_task
 from tests.adversarial import kernels as k
 from tests.adversarial import kernels_walls as kw
 from tests.adversarial.conftest import settings
 
-FAILED = {INCORRECT_TAMPERING, INCORRECT_NUMERICAL, RUNTIME_ERROR}
+FAILED = {Status.INCORRECT_TAMPERING, Status.INCORRECT_NUMERICAL, Status.RUNTIME_ERROR}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +44,7 @@ def _clean(*paths: str) -> None:
 
 def _honest_after(ev: Evaluator, workloads, baseline, name: str) -> None:
     honest = ev.evaluate(k.GOOD, f"good_after_{name}", workloads, baseline)
-    assert honest.status == PASSED and honest.score, honest.summary() + honest.log[-2000:]
+    assert honest.status == Status.PASSED and honest.score, honest.summary() + honest.log[-2000:]
 
 
 @pytest.mark.parametrize("name,expected", [
@@ -62,7 +61,7 @@ def _honest_after(ev: Evaluator, workloads, baseline, name: str) -> None:
 def test_the_audit_hook_refuses_and_the_refusal_is_tampering(unchecked, workloads, baseline, name, expected):
     _clean(kw.SPAWNV_MARK, kw.PATH_MAX_MARK, "/sys/fs/cgroup/ksearch_walls_cg", f"/dev/shm/{kw.SHM_NAME}")
     r = unchecked.evaluate(getattr(kw, name), name.lower(), workloads, baseline)
-    assert r.status == INCORRECT_TAMPERING and expected in r.summary() + r.log, r.summary() + r.log[-2000:]
+    assert r.status == Status.INCORRECT_TAMPERING and expected in r.summary() + r.log, r.summary() + r.log[-2000:]
     assert not os.path.exists(kw.SPAWNV_MARK) and not os.path.exists(kw.PATH_MAX_MARK)
     assert not os.path.exists(f"/dev/shm/{kw.SHM_NAME}")
     _honest_after(unchecked, workloads, baseline, name.lower())
@@ -71,17 +70,17 @@ def test_the_audit_hook_refuses_and_the_refusal_is_tampering(unchecked, workload
 @pytest.mark.parametrize("name", ["SILENCED_REFUSAL", "CLOSED_STDERR_REFUSAL"])
 def test_a_silenced_refusal_is_still_tampering(unchecked, workloads, baseline, name):
     r = unchecked.evaluate(getattr(kw, name), name.lower(), workloads, baseline)
-    assert r.status == INCORRECT_TAMPERING and "refused" in r.summary(), r.summary() + r.log[-2000:]
+    assert r.status == Status.INCORRECT_TAMPERING and "refused" in r.summary(), r.summary() + r.log[-2000:]
     assert r.score is None
     _honest_after(unchecked, workloads, baseline, name.lower())
 
 
 @pytest.mark.parametrize("name,status", [
     # the trick itself works inside (the kernel then returns zeros, which the judge fails) ...
-    ("SPAWNV_SHELL", INCORRECT_NUMERICAL), ("POSIXSUBPROCESS_SHELL", INCORRECT_NUMERICAL),
-    ("NUMPY_CTYPESLIB", INCORRECT_NUMERICAL), ("EXTENSION_FROM_SCRATCH", INCORRECT_NUMERICAL),
+    ("SPAWNV_SHELL", Status.INCORRECT_NUMERICAL), ("POSIXSUBPROCESS_SHELL", Status.INCORRECT_NUMERICAL),
+    ("NUMPY_CTYPESLIB", Status.INCORRECT_NUMERICAL), ("EXTENSION_FROM_SCRATCH", Status.INCORRECT_NUMERICAL),
     # ... or the kernel refuses the write outright (a read-only mount, Landlock)
-    ("PATH_MAX_ESCAPE", RUNTIME_ERROR), ("SHM_LEFTOVER_NATIVE", None), ("SHM_LEFTOVER", None),
+    ("PATH_MAX_ESCAPE", Status.RUNTIME_ERROR), ("SHM_LEFTOVER_NATIVE", None), ("SHM_LEFTOVER", None),
 ])
 def test_without_the_audit_hook_the_walls_hold(bare, plan, workloads, baseline, name, status):
     """No audit hook: the shell runs, the library loads, the path is opened. None of it reaches the host."""
@@ -90,7 +89,7 @@ def test_without_the_audit_hook_the_walls_hold(bare, plan, workloads, baseline, 
     _clean(kw.SPAWNV_MARK, kw.PATH_MAX_MARK, "/sys/fs/cgroup/ksearch_walls_cg", f"/dev/shm/{kw.SHM_NAME}")
     r = bare.evaluate(getattr(kw, name), name.lower(), workloads, baseline)
     # a private /dev/shm takes the segment (zeros: NUMERICAL); Landlock alone refuses it (RUNTIME_ERROR)
-    status = status or (INCORRECT_NUMERICAL if plan.mount else RUNTIME_ERROR)
+    status = status or (Status.INCORRECT_NUMERICAL if plan.mount else Status.RUNTIME_ERROR)
     assert r.status == status and r.score is None, r.summary()
     time.sleep(0.2)
     assert not os.path.exists(kw.SPAWNV_MARK), "the shell wrote outside the sandbox"
@@ -114,16 +113,16 @@ def test_an_escape_does_not_last(tmp_path, workloads):
     task = load_task(k.TASK, root)
     base = BaselineTimes("cpu", {"reference": {w.name: 1.0 for w in workloads}}, "fixed 1 ms")
     with Evaluator(task, settings(static_checks=False)) as ev:
-        assert ev.evaluate(kw.ZEROS, "zeros_before", workloads, base).status == INCORRECT_NUMERICAL
+        assert ev.evaluate(kw.ZEROS, "zeros_before", workloads, base).status == Status.INCORRECT_NUMERICAL
         (root / k.TASK / "task.yaml").write_text("correctness: {atol: 1.0e+30, rtol: 1.0e+30}\n")
         (root / k.TASK / "reference.py").write_text("import torch\n\ndef run(q, *a):\n    b, h, d = q.shape\n"
                                                     "    return torch.zeros(b, h, d, dtype=torch.bfloat16), "
                                                     "torch.zeros(b, h)\n")
-        assert ev.evaluate(kw.ZEROS, "zeros_after", workloads, base).status == INCORRECT_NUMERICAL
+        assert ev.evaluate(kw.ZEROS, "zeros_after", workloads, base).status == Status.INCORRECT_NUMERICAL
         ev.close()                                          # a new worker reads nothing from disk either
-        assert ev.evaluate(kw.ZEROS, "zeros_new_worker", workloads, base).status == INCORRECT_NUMERICAL
+        assert ev.evaluate(kw.ZEROS, "zeros_new_worker", workloads, base).status == Status.INCORRECT_NUMERICAL
     with Evaluator(load_task(k.TASK, root), settings(static_checks=False)) as ev:   # same process: same snapshot
-        assert ev.evaluate(kw.ZEROS, "zeros_new_evaluator", workloads, base).status == INCORRECT_NUMERICAL
+        assert ev.evaluate(kw.ZEROS, "zeros_new_evaluator", workloads, base).status == Status.INCORRECT_NUMERICAL
 
 
 def test_a_candidate_cannot_rewrite_the_task(tmp_path, plan, workloads):
@@ -136,14 +135,14 @@ def test_a_candidate_cannot_rewrite_the_task(tmp_path, plan, workloads):
         r = ev.evaluate(kw.REWRITES_TASK, "rewrites_task", workloads, base)
         assert r.status in FAILED, r.summary()
         assert (root / k.TASK / "task.yaml").read_text() == before
-        assert ev.evaluate(kw.ZEROS, "zeros_after_rewrite", workloads, base).status == INCORRECT_NUMERICAL
+        assert ev.evaluate(kw.ZEROS, "zeros_after_rewrite", workloads, base).status == Status.INCORRECT_NUMERICAL
 
 
 def test_a_half_sent_frame_ends_at_the_candidates_timeout(task, workloads, baseline):
     with Evaluator(task, settings(timeout_s=3, static_checks=False)) as ev:
         t0 = time.monotonic()
         r = ev.evaluate(kw.HALF_FRAME, "half_frame", workloads, baseline)
-        assert r.status == TIMEOUT, r.summary()
+        assert r.status == Status.TIMEOUT, r.summary()
         assert time.monotonic() - t0 < 30
         _honest_after(ev, workloads, baseline, "half_frame")
 
@@ -154,8 +153,8 @@ def test_a_hostile_reply_fails_only_its_candidate(bare, workloads, baseline, nam
     t0 = time.monotonic()
     bad, good = bare.remeasure([(getattr(kw, name), name.lower()), (k.GOOD, "good_beside_" + name.lower())],
                                workloads, baseline)
-    assert bad.status == INCORRECT_TAMPERING and "reply" in bad.summary(), bad.summary()
-    assert good.status == PASSED, good.summary() + good.log[-2000:]
+    assert bad.status == Status.INCORRECT_TAMPERING and "reply" in bad.summary(), bad.summary()
+    assert good.status == Status.PASSED, good.summary() + good.log[-2000:]
     assert time.monotonic() - t0 < 60
 
 
@@ -164,10 +163,10 @@ def test_a_kernel_that_skips_sequences_past_the_third_fails(checked, task):
     assert max(len(w.params["kv_lens"]) for w in tiny) >= 5
     base = BaselineTimes("cpu", {"reference": {w.name: 1.0 for w in tiny}}, "fixed 1 ms")
     r = checked.evaluate(kw.FIRST_THREE_SEQUENCES, "first_three", tiny, base)
-    assert r.status == INCORRECT_NUMERICAL, r.summary()
+    assert r.status == Status.INCORRECT_NUMERICAL, r.summary()
 
 
 def test_the_report_says_which_walls_held(unchecked, workloads, baseline, plan):
     r = unchecked.evaluate(k.GOOD, "good_env", workloads, baseline)
-    assert r.status == PASSED
+    assert r.status == Status.PASSED
     assert r.env.get("sandbox") == plan.describe(), r.env.get("sandbox")

@@ -5,7 +5,7 @@ import os
 import time
 
 from ksearch.eval.evaluator import Evaluator
-from ksearch.eval.report import PASSED
+from ksearch.eval.report import Status
 from ksearch.eval.sandbox import wait_for
 from tests.adversarial import kernels as k
 from tests.adversarial.conftest import settings
@@ -26,14 +26,14 @@ def test_good_kernels_keep_passing_between_bad_ones(task, workloads, baseline):
            ("memo", k.MEMOISED_COPY, "INCORRECT_NUMERICAL"), ("mutates", k.MUTATES_INPUT, "INCORRECT_INPUT_MODIFIED"),
            ("poison", k.POISONS_REFERENCE, "INCORRECT_NUMERICAL")]
     with Evaluator(task, settings(timeout_s=6, static_checks=False)) as ev:
-        assert ev.evaluate(k.GOOD, "good0", workloads, baseline).status == PASSED
+        assert ev.evaluate(k.GOOD, "good0", workloads, baseline).status == Status.PASSED
         judge_pid = ev.worker_pid
         for name, source, status in bad:
             r = ev.evaluate(source, name, workloads, baseline)
             assert r.status == status, (name, r.summary())
             assert ev.worker_pid == judge_pid     # the trusted worker never ran the candidate: it stays
             good = ev.evaluate(k.GOOD, f"good_after_{name}", workloads, baseline)
-            assert good.status == PASSED, (name, good.summary(), good.log[-1500:])
+            assert good.status == Status.PASSED, (name, good.summary(), good.log[-1500:])
             assert not good.flags, good.flags
 
 
@@ -62,8 +62,9 @@ def test_remeasure_interleaves_and_names_a_crasher(task, workloads, baseline):
     with Evaluator(task, settings(timeout_s=20, static_checks=False)) as ev:
         t0 = time.perf_counter()
         a, b = ev.remeasure([(k.GOOD, "a"), (k.GOOD + "\n# same kernel, other id\n", "b")], workloads, baseline)
-        assert a.status == PASSED and b.status == PASSED and a.solution_id == "a" and b.solution_id == "b"
+        assert a.status == Status.PASSED and b.status == Status.PASSED and a.solution_id == "a" and b.solution_id == "b"
         assert len(a.workloads[0].trial_ms) == 3 and a.env["input_nonce"] == b.env["input_nonce"]
         good, crash = ev.remeasure([(k.GOOD, "good"), (k.SEGFAULT_SIGNAL, "crash")], workloads, baseline)
-        assert good.status == PASSED and crash.status in ("RUNTIME_ERROR", "INCORRECT_TAMPERING"), crash.summary()
+        assert good.status == Status.PASSED, good.summary()
+        assert crash.status in (Status.RUNTIME_ERROR, Status.INCORRECT_TAMPERING), crash.summary()
         assert time.perf_counter() - t0 < 60
