@@ -88,16 +88,22 @@ def test_matches_reference_on_ragged_chunked_and_single_query_batches(setting, c
 
 def _module_constants(knobs):
     src = _catalog.render(FAMILY, knobs)
-    return {k: int(v) for k, v in re.findall(r"(?m)^(BLOCK_N|NUM_STAGES) = (\d+)$", src)}
+    return {k: int(v) for k, v in re.findall(r"(?m)^(BLOCK_N|NUM_STAGES|CTAS_PER_SM) = (\d+)$", src)}
 
 
 def test_shared_memory_rule_lowers_tiles_and_stages_that_cannot_fit():
     # 64 rows: q 72 KB; 64-row tiles of 72 KB each: two in flight (num_stages 4) fit, three (5) do not.
-    assert _module_constants({"BLOCK_N": 64, "NUM_STAGES": 7}) == {"BLOCK_N": 64, "NUM_STAGES": 4}
+    # Two such programs cannot share an SM, so a second persistent program per SM is not launched.
+    assert _module_constants({"BLOCK_N": 64, "NUM_STAGES": 7, "CTAS_PER_SM": 2}) == {
+        "BLOCK_N": 64, "NUM_STAGES": 4, "CTAS_PER_SM": 1}
     # 32-row tiles: four in flight (num_stages 7) fit beside the q tile.
-    assert _module_constants({"BLOCK_N": 32, "NUM_STAGES": 7}) == {"BLOCK_N": 32, "NUM_STAGES": 7}
+    assert _module_constants({"BLOCK_N": 32, "NUM_STAGES": 7}) == {"BLOCK_N": 32, "NUM_STAGES": 7, "CTAS_PER_SM": 1}
     # 128 rows: q 144 KB; a 128-row tile cannot fit even once, so it is halved, and runs unpipelined.
-    assert _module_constants({"BLOCK_M": 128, "VALUE_SPLIT": 2, "BLOCK_N": 128}) == {"BLOCK_N": 64, "NUM_STAGES": 1}
+    assert _module_constants({"BLOCK_M": 128, "VALUE_SPLIT": 2, "BLOCK_N": 128}) == {
+        "BLOCK_N": 64, "NUM_STAGES": 1, "CTAS_PER_SM": 1}
+    # 32 rows, 32-row tiles, 3 stages: 36 + 2 x 36 KB, two programs fit on one SM.
+    assert _module_constants({"BLOCK_M": 32, "BLOCK_N": 32, "NUM_STAGES": 3, "CTAS_PER_SM": 2}) == {
+        "BLOCK_N": 32, "NUM_STAGES": 3, "CTAS_PER_SM": 2}
 
 
 _SCRIPT = PROJECT_ROOT / "benchmarks" / "sm90_compile_report.py"

@@ -68,3 +68,19 @@ def test_resumed_sweep_keeps_what_was_measured(sweep_module, tmp_path, monkeypat
 def test_bad_arguments_exit_2(sweep_module, tmp_path, args, capsys):
     assert sweep_module.main([str(tmp_path), "--dry", *args]) == 2
     assert "prefill_sweep:" in capsys.readouterr().err
+
+
+def test_every_gpu_variant_is_a_catalog_setting(sweep_module):
+    """A typo in the GPU grid would cost a variant on the scarce GPU call: each one must render."""
+    from ksearch.task import load_task
+    from ksearch.task.catalog import load_catalog
+
+    task = load_task(sweep_module.TASK)
+    catalog = load_catalog(task.strategies_dir, task.name)
+    variants = sweep_module.variants(False, None)
+    assert 20 <= len(variants) <= 40 and len({v.label for v in variants}) == len(variants)
+    for v in variants:
+        assert "def run(" in catalog.render(v.family, v.knobs)
+    shapes = {s.name: s for s in sweep_module.GPU_SHAPES}
+    assert {max(s.q_lens) for s in shapes.values()} >= {3000, 6000, 12000, 16384, 1024, 33}
+    assert any(sum(s.kv_lens) > 8 * sum(s.q_lens) for s in shapes.values()), "a chunked prefill"
