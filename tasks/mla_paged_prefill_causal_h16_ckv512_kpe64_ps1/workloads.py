@@ -19,7 +19,7 @@ Sets:
   (issue 22). This set weighs where the FLOPs are: single prompts of 3k, 8k and 16k tokens, a chunk of
   1536 new tokens over a 16k KV, a ragged batch of four prompts (4k down to 96 tokens), plus four
   small shapes so the dispatcher keeps a kernel for them (a 48-token prefill, a 400-token one, 32 chat
-  turns of 48 tokens, and a decode-like batch of 8 x 2 queries over 6k tokens each). About 7.2 TFLOP
+  turns of 48 tokens, and a decode-like batch of 8 x 2 queries over 6k tokens each). About 7.5 TFLOP
   (causal) per pass over the nine; none of them is in `full`, `space` or `validate`.
 - `feedback` (GPU): K-Search's eight shapes. `full`: the dataset's 38 triples.
 - `space` (GPU, held out), and `validate`, the gate a new best must not regress on: a subset of `space`
