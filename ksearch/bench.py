@@ -3,7 +3,9 @@
 Prints one table per kernel (per workload: latency, speedup against each baseline, achieved bandwidth,
 and for the kernel and every baseline the fraction of the workload's physical limit: the copy bandwidth
 or the tensor-core peak, whichever binds (ksearch/eval/roofline.py; peaks measured once per process on
-a GPU)), then the geometric mean and fast_p (fraction of workloads faster than the best baseline).
+a GPU), and, for a task that declares its FLOPs, the kernel's TFLOP/s and % of the tensor peak on every row,
+memory-bound or not (causal prefill counts only unmasked pairs)), then the geometric mean and fast_p
+(fraction of workloads faster than the best baseline).
 `--out` keeps the raw numbers.
 
 `--baseline-repeats N` instead measures the baselines N times, each in a fresh worker process (a new
@@ -52,11 +54,13 @@ def _versions() -> dict[str, str]:
 
 
 LimitFn = Callable[[str, float], LimitFraction | None]   # (workload name, latency ms) -> fraction of the limit
+RateFn = Callable[[str, float], tuple[float, float] | None]   # (workload, ms) -> (TFLOP/s, fraction of tensor peak)
 
 
 def summarize(name: str, report: EvalReport, baseline: BaselineTimes, traffic: dict[str, int | None],
-              copy_tbs: float | None, limit: LimitFn | None = None) -> dict[str, Any]:
-    """Per-workload rows; with `limit`, each subject's (kernel, baselines) fraction of the physical limit."""
+              copy_tbs: float | None, limit: LimitFn | None = None, rate: RateFn | None = None) -> dict[str, Any]:
+    """Per-workload rows; with `limit`, each subject's (kernel, baselines) fraction of the physical limit;
+    with `rate`, the kernel's TFLOP/s on the task's useful (causal) FLOPs and its % of the tensor peak."""
     rows = []
     # Baselines timed in the kernel's own job, interleaved with it (GPU), when there are any.
     variants = {v: {**t, **report.baseline_ms.get(v, {})} for v, t in baseline.variants.items()}
@@ -84,6 +88,9 @@ def summarize(name: str, report: EvalReport, baseline: BaselineTimes, traffic: d
             lf = limit(w.workload, w.latency_ms) if limit else None
             if lf:
                 row["limit"] = lf.to_json()
+            r = rate(w.workload, w.latency_ms) if rate else None
+            if r:
+                row["tflops"], row["frac_compute_peak"] = r
         rows.append(row)
     ok = [r for r in rows if r.get("vs_best")]
     out = {"name": name, "status": report.status, "rows": rows, "baseline": baseline.label,
@@ -101,8 +108,10 @@ def summarize(name: str, report: EvalReport, baseline: BaselineTimes, traffic: d
 
 def print_summary(console: Console, s: dict[str, Any], variants: list[str]) -> None:
     t = Table(title=f"{s['name']}  [{s['status']}]  vs {s['baseline']}")
+    rates = any("tflops" in r for r in s["rows"])
     cols = ["workload", "ref ms"] + [f"{v} ms" for v in variants] + ["kernel ms", "±%", "call ms", "vs best"] + \
-        [f"vs {v}" for v in variants] + ["TB/s", "% limit"] + [f"{v} % limit" for v in variants]
+        [f"vs {v}" for v in variants] + ["TB/s", "% limit"] + [f"{v} % limit" for v in variants] + \
+        (["TFLOP/s", "% tensor peak"] if rates else [])
     for c in cols:
         t.add_column(c, justify="right" if c != "workload" else "left")
 
@@ -114,7 +123,9 @@ def print_summary(console: Console, s: dict[str, Any], variants: list[str]) -> N
                   f(r.get("latency_ms")), f(100 * r["spread"] if r.get("spread") else None, ".1f"),
                   f(r.get("call_latency_ms")), "unstable" if r.get("unstable") else f(r.get("vs_best"), ".3f"), *[f(r.get(f"vs_{v}"), ".3f") for v in variants],
                   f(r.get("tb_per_s"), ".2f"), _limit_cell(r.get("limit")),
-                  *[_limit_cell(r.get(f"{v}_limit")) for v in variants])
+                  *[_limit_cell(r.get(f"{v}_limit")) for v in variants],
+                  *([f(r.get("tflops"), ".1f"), f(100 * r["frac_compute_peak"] if r.get("frac_compute_peak") else None,
+                                                  ".1f")] if rates else []))
     console.print(t)
     sources = {lim["source"] for r in s["rows"] for k, lim in r.items() if k == "limit" or k.endswith("_limit")}
     if sources:
@@ -228,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     from ksearch.app import compose_config, resolve_eval
     from ksearch.atomic import atomic_write
     from ksearch.eval.evaluator import Evaluator
-    from ksearch.eval.roofline import limit_fraction, measure_peaks
+    from ksearch.eval.roofline import compute_rate, limit_fraction, measure_peaks
     from ksearch.instantiate import Solution, solution_from_text
     from ksearch.task.catalog import load_catalog
     from ksearch.task import load_task
@@ -265,6 +276,9 @@ def run(args: argparse.Namespace) -> int:
     def limit(workload: str, latency_ms: float) -> LimitFraction | None:
         return limit_fraction(task, by_name[workload], latency_ms, peaks) if peaks else None
 
+    def rate(workload: str, latency_ms: float) -> tuple[float, float] | None:
+        return compute_rate(task, by_name[workload], latency_ms, peaks) if peaks else None
+
     results = []
     with Evaluator(task, settings) as ev:
         baseline = ev.measure_baselines(workloads, time_reference=True)
@@ -273,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
         for name, code in kernels:
             sol = Solution.from_code(task.name, code, name=name)
             report = ev.evaluate(code, sol.solution_id, workloads, baseline)
-            s = summarize(name, report, baseline, traffic, copy_tbs, limit)
+            s = summarize(name, report, baseline, traffic, copy_tbs, limit, rate)
             print_summary(console, s, list(baseline.variants))
             results.append(s)
     check = self_check(kernels, results)

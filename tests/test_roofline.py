@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from ksearch.eval.roofline import (H200_DATASHEET, LimitFraction, Peaks, datasheet_for, limit_fraction,
-                                   measure_peaks, physical_floor_ms)
+from ksearch.eval.roofline import (H200_DATASHEET, LimitFraction, Peaks, compute_rate, datasheet_for,
+                                   limit_fraction, measure_peaks, physical_floor_ms)
 from ksearch.task import Workload, load_task
 
 GQA = "gqa_paged_decode_h32_kv4_d128_ps1"
@@ -59,6 +59,45 @@ def test_mla_prefill_pairs_match_a_brute_force_count():
             continue
         pairs = sum(kv - q + i + 1 for q, kv in zip(q_lens, kv_lens) for i in range(q))
         assert task.flops(w) == pairs * 16 * 2176, w.name
+
+
+def test_mla_prefill_rate_counts_causal_flops_on_every_row():
+    """% of the bf16 peak for a prefill row: useful FLOPs of the causal triangle over the latency (issue 22)."""
+    task = load_task(MLA_PREFILL)
+    peaks = Peaks("H200 (measured)", 4.2, {"bf16": 790.0}, "measured", {"bf16": "measured"})
+    w = next(w for w in task.workload_set("search") if w.name == "s_single_q16384_kv16896")
+    # 16384 queries at the end of 16896 keys: query i sees 512 + i + 1 keys.
+    pairs = 16384 * 512 + 16384 * 16385 // 2
+    tflops, frac = compute_rate(task, w, 10.0, peaks)
+    assert tflops == pytest.approx(pairs * 16 * 2176 / 10e-3 / 1e12) and frac == pytest.approx(tflops / 790.0)
+    # A tiny, memory-bound row still gets its compute rate (limit_fraction would name the copy bandwidth).
+    small = next(w for w in task.workload_set("search") if w.name == "s_single_q48")
+    assert limit_fraction(task, small, 0.02, peaks).bound == "memory"
+    tf_small, _ = compute_rate(task, small, 0.02, peaks)
+    assert tf_small == pytest.approx(48 * 49 // 2 * 16 * 2176 / 0.02e-3 / 1e12)
+    assert compute_rate(task, small, 0.0, peaks) is None
+
+
+def test_bench_rows_carry_tflops_and_percent_of_tensor_peak():
+    from rich.console import Console
+
+    from ksearch.bench import print_summary, summarize
+    from ksearch.eval.report import BaselineTimes, EvalReport, WorkloadResult
+
+    task = load_task(MLA_PREFILL)
+    peaks = Peaks("H200 (measured)", 4.2, {"bf16": 790.0}, "measured", {"bf16": "measured"})
+    ws = {w.name: w for w in task.workload_set("search")}
+    report = EvalReport("k", "PASSED", "cuda", [WorkloadResult("s_single_q3072", "PASSED", latency_ms=0.5)])
+    baseline = BaselineTimes("cuda", {"flashinfer_auto": {"s_single_q3072": 0.3}}, "FlashInfer")
+    s = summarize("k", report, baseline, {"s_single_q3072": task.traffic_bytes(ws["s_single_q3072"])}, 4.2,
+                  rate=lambda name, ms: compute_rate(task, ws[name], ms, peaks))
+    row = s["rows"][0]
+    assert row["tflops"] == pytest.approx(task.flops(ws["s_single_q3072"]) / 0.5e-3 / 1e12)
+    assert row["frac_compute_peak"] == pytest.approx(row["tflops"] / 790.0)
+    console = Console(width=400, record=True)
+    print_summary(console, s, ["flashinfer_auto"])
+    text = console.export_text()
+    assert "% tensor peak" in text and f"{100 * row['frac_compute_peak']:.1f}" in text
 
 
 def test_moe_formulas_follow_the_routing():

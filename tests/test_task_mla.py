@@ -134,6 +134,25 @@ def test_prefill_reference_query_chunks_match_float64_loop(monkeypatch):
     _assert_close_to_f64(ref(**inp), _prefill64(inp))
 
 
+def test_prefill_reference_does_not_pad_a_ragged_batch(monkeypatch):
+    # The judge computes the reference for every timed input set: a long chunk beside short sequences must
+    # cost its own logits only, not the batch padded to the longest sequence.
+    inp = _prefill_inputs([20, 1, 3], [20, 200, 9], num_pages=260)
+    logits = []
+    einsum = torch.einsum
+
+    def counting(eq, *ops):
+        out = einsum(eq, *ops)
+        if eq.endswith("l") and "l" in eq.split(",")[1]:        # the q.k products: [.., C, Lk] logits
+            logits.append(out.numel())
+        return out
+
+    monkeypatch.setattr(torch, "einsum", counting)
+    got = _tasks[PREFILL].reference(**inp)
+    assert sum(logits) == 2 * 16 * (20 * 20 + 1 * 200 + 3 * 9)          # ckv and kpe parts, per sequence
+    _assert_close_to_f64(got, _prefill64(inp))
+
+
 # ----------------------------------------------------------------------------- (b) catalogs
 
 def _cases():

@@ -49,6 +49,35 @@ def test_validate_sets_are_held_out(task_name):
         assert not {_sig(w) for w in sets[held]} & {_sig(w) for w in sets[selected]}, (held, selected)
 
 
+@pytest.mark.parametrize("task_name", [GQA, MLA_D, MLA_P, MOE])
+def test_held_out_sets_are_disjoint_from_the_gpu_default_set(task_name):
+    """`ksearch run` on a GPU selects on the task's default GPU set (task.yaml), which need not be `feedback`
+    (MLA prefill's is `search`, issue 22): validate and space must be held out from it too."""
+    task = load_task(task_name)
+    sets = task.workload_sets()
+    selected = sets[task.default_workload_set(True)]
+    for held in ("validate", "space"):
+        assert not {w.name for w in sets[held]} & {w.name for w in selected}, held
+        assert not {_sig(w) for w in sets[held]} & {_sig(w) for w in selected}, held
+
+
+def test_prefill_gpu_default_set_holds_long_prompts_a_chunk_and_small_shapes():
+    """Issue 22: the search must see prompts of 3k-16k tokens and a chunked prefill, and stay cheap enough
+    for a 20-round run: at most 10 workloads and about 8 TFLOP (causal) per pass."""
+    task = load_task(MLA_P)
+    assert task.default_workload_set(True) == "search" and task.default_workload_set(False) == "tiny"
+    ws = task.workload_set("search")
+    longest = sorted(max(w.params["q_lens"]) for w in ws)
+    assert longest[0] <= 64 and longest[-1] == 16384
+    assert {3072, 8192, 16384} <= {max(w.params["q_lens"]) for w in ws}
+    assert any(kv >= 8 * q >= 8 * 1024 for w in ws for q, kv in zip(w.params["q_lens"], w.params["kv_lens"]))
+    assert any(len(set(w.params["q_lens"])) >= 3 and w.axes["total_q"] >= 3000 for w in ws), "a ragged batch"
+    assert any(w.axes["total_q"] < 64 for w in ws) and any(w.axes["len_indptr"] - 1 >= 32 for w in ws)
+    assert len(ws) <= 10 and sum(task.flops(w) for w in ws) < 8e12
+    full = {(w.axes["total_q"], w.axes["len_indptr"] - 1, w.axes["num_kv_indices"]) for w in task.workload_set("full")}
+    assert not {(w.axes["total_q"], w.axes["len_indptr"] - 1, w.axes["num_kv_indices"]) for w in ws} & full
+
+
 @pytest.mark.parametrize("task_name", DECODES)
 def test_decode_validate_spans_batch_and_length_uniform_and_ragged(task_name):
     ws = load_task(task_name).workload_set("validate")

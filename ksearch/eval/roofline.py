@@ -105,6 +105,17 @@ def limit_fraction(task: Any, workload: Any, latency_ms: float, peaks: Peaks) ->
                          f"{dtype} tensor peak ({peaks.source(dtype)})")
 
 
+def compute_rate(task: Any, workload: Any, latency_ms: float, peaks: Peaks) -> tuple[float, float] | None:
+    """(TFLOP/s on the task's useful FLOPs, fraction of its tensor peak) at `latency_ms`, whichever limit
+    binds: a compute-bound task's report shows its % of the bf16 peak on small, memory-bound rows too.
+    None when the task declares no FLOPs or compute dtype, or the latency is not positive."""
+    flops, dtype = task.flops(workload), task.compute_dtype
+    if not flops or not dtype or latency_ms is None or latency_ms <= 0:
+        return None
+    tflops = flops / (latency_ms * 1e-3) / 1e12
+    return tflops, tflops / peaks.peak_tflops(dtype)
+
+
 def physical_floor_ms(task: Any, workload: Any, peaks: Peaks | None = H200_DATASHEET, *, device: str = "cuda",
                       safety: float = 0.8) -> float:
     """The lowest latency physics allows for this workload, times `safety` (< 1) so that no honest kernel

@@ -14,6 +14,13 @@ Sets:
   330-token KV (longer than any KV tile of the catalog, BLOCK_N <= 64, and six BLOCK_Q tiles of queries),
   and a ragged batch of five with one long-prefix decode-like query, short prefills, a chunk over a
   short prefix and an empty sequence (q_len 0 and kv_len 0: it owns no output rows).
+- `search` (GPU, what `ksearch run` selects on by default; task.yaml): K-Search's feedback set has no
+  prompt over 1.2k tokens, so a search on it ships kernels 6x slower than FlashInfer on real prompts
+  (issue 22). This set weighs where the FLOPs are: single prompts of 3k, 8k and 16k tokens, a chunk of
+  1536 new tokens over a 16k KV, a ragged batch of four prompts (4k down to 96 tokens), plus four
+  small shapes so the dispatcher keeps a kernel for them (a 48-token prefill, a 400-token one, 32 chat
+  turns of 48 tokens, and a decode-like batch of 8 x 2 queries over 6k tokens each). About 7.5 TFLOP
+  (causal) per pass over the nine; none of them is in `full`, `space` or `validate`.
 - `feedback` (GPU): K-Search's eight shapes. `full`: the dataset's 38 triples.
 - `space` (GPU, held out), and `validate`, the gate a new best must not regress on: a subset of `space`
   (VALIDATE_GATE, same axes, about one feedback evaluation's cost). `space`. Axes and why:
@@ -125,6 +132,21 @@ def _validate() -> list[Workload]:
     return out
 
 
+def _search() -> list[Workload]:
+    """The default GPU selection set (see the module docstring): long prompts first, a few small shapes."""
+    return [
+        _workload_lens("s_single_q3072", [3072], [3072]),
+        _workload_lens("s_single_q8192", [8192], [8192]),
+        _workload_lens("s_single_q16384_kv16896", [16384], [16896]),
+        _workload_lens("s_chunk_q1536_kv16384", [1536], [16384]),
+        _workload_lens("s_ragged_b4_q6240", [4096, 1536, 512, 96], [4096, 2048, 512, 300]),
+        _workload_lens("s_single_q48", [48], [48]),
+        _workload_lens("s_single_q400_kv420", [400], [420]),
+        _workload_lens("s_many_b32_q48", [48] * 32, [48 + 5 * (i % 7) for i in range(32)]),
+        _workload_lens("s_decodelike_b8_q2_kv6144", [2] * 8, [6144] * 8),
+    ]
+
+
 def _name(prefix: str, tq: int, b: int, kv: int) -> str:
     return f"{prefix}_q{tq}_b{b}_kv{kv}"
 
@@ -143,8 +165,8 @@ def workload_sets() -> dict[str, list[Workload]]:
     feedback = [_workload(_name("fb", *t), *t) for t in FEEDBACK_TRIPLES]
     full = [_workload(_name("full", *t), *t) for t in FULL_TRIPLES]
     space = _validate()
-    return {"tiny": tiny, "feedback": feedback, "full": full, "validate": validate_gate(space), "space": space,
-            "validate_cpu": validate_cpu}
+    return {"tiny": tiny, "feedback": feedback, "search": _search(), "full": full, "validate": validate_gate(space),
+            "space": space, "validate_cpu": validate_cpu}
 
 
 def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:
