@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import triton.testing
 
-    from ksearch.app import compose_config, resolve_eval
+    from ksearch.cli.app import compose_config, resolve_eval
     from ksearch.instantiate.loader import load_entry_point
     from ksearch.task import load_task
 

@@ -55,7 +55,7 @@ class TimedStandIn:
 
 
 def one(parallel: int, rounds: int, delay: float, root: Path) -> dict:
-    from ksearch.app import compose_config, execute
+    from ksearch.cli.app import compose_config, execute
     from ksearch.llm.base import ModelRequest
     from ksearch.store import read_journal
     from tests.fake_llm_server import FakeLLMServer
@@ -87,7 +87,7 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
     args = ap.parse_args()
 
-    import ksearch.eval.evaluator as ev
+    import ksearch.eval.parent.evaluator as ev
 
     TimedStandIn.eval_s = args.eval_s
     ev.Evaluator = TimedStandIn          # the pool builds its evaluators from here

@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_arm(task: str, policy: str, seed: int, rounds: int, out: Path, extra: list[str]) -> Path:
     run_dir = out / task / f"{policy}_seed{seed}"
     if (run_dir / "journal.jsonl").is_file():
-        cmd = [sys.executable, "-m", "ksearch.cli", "resume", str(run_dir), f"search.max_rounds={rounds}",
+        cmd = [sys.executable, "-m", "ksearch.cli.main", "resume", str(run_dir), f"search.max_rounds={rounds}",
                "run.live=false", *extra]
     else:
-        cmd = [sys.executable, "-m", "ksearch.cli", "run", f"task={task}", f"search.policy={policy}",
+        cmd = [sys.executable, "-m", "ksearch.cli.main", "run", f"task={task}", f"search.policy={policy}",
                f"run.seed={seed}", f"search.max_rounds={rounds}", f"run.dir={run_dir}", "run.live=false", *extra]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True)

@@ -209,7 +209,7 @@ class Sweep:
             self.log(f"flashinfer {name}: {self.baseline[name]}")
 
     def check(self, v: Variant, run: Callable[..., Any]) -> bool:
-        from ksearch.eval.rules import check_outputs
+        from ksearch.eval.trusted.rules import check_outputs
 
         inputs = self._inputs(self.check_workload)
         want = self.task.reference(**inputs)

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         from ksearch.eval.interpreter import prepare_interpreter
 
         prepare_interpreter()
-    from ksearch.eval.rules import check_outputs
+    from ksearch.eval.trusted.rules import check_outputs
     from ksearch.task import load_task
     from ksearch.task.gpumode_timing import CheckFailed, geometric_mean, time_case
 

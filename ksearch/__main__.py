@@ -2,6 +2,6 @@
 
 import sys
 
-from ksearch.cli import main
+from ksearch.cli.main import main
 
 sys.exit(main())

@@ -2,7 +2,7 @@
 
 Every setting's choices and range are declared here, with the field: a choice is an Enum (OmegaConf
 refuses any other value when the config is composed), a range is a check in the field's metadata that
-`__post_init__` runs when the composed config becomes these dataclasses (ksearch.app.checked), and each
+`__post_init__` runs when the composed config becomes these dataclasses (ksearch.cli.app.checked), and each
 problem reads `key=value: what is wrong`. What depends on the machine (a folder or a kernel file that must
 exist) is checked in ksearch.config_validate.
 """

@@ -50,7 +50,7 @@ def override_problem(override: str, conf_dir: Path) -> str | None:
     """What is wrong with one `key=value` / `group=option` override, or None when ksearch knows it.
 
     Only plain overrides are judged here (`+key`, `~key`, `hydra.*` and sweeps are left to Hydra and to
-    ksearch.app.checked)."""
+    ksearch.cli.app.checked)."""
     key, eq, value = override.partition("=")
     key = key.strip()
     if not eq or not key or key[0] in "+~" or key.startswith("hydra") or "," in value:

@@ -29,7 +29,7 @@ def solution_file(v: Any) -> str | None:
     """A kernel file ksearch can read (source, solution.json or FlashInfer-Bench Solution), or None."""
     if v is None:
         return None
-    from ksearch.solution_file import SolutionFileError, read_solution_file
+    from ksearch.cli.solution_file import SolutionFileError, read_solution_file
 
     try:
         read_solution_file(Path(str(v)).expanduser())

@@ -14,18 +14,18 @@ for step in "$@"; do
   set -- $step
   case $1 in
     search)
-      timeout ${STEP_TIMEOUT:-170} python3 -m ksearch.cli run task=$2 eval.workloads=$3 search.max_rounds=$4 \
+      timeout ${STEP_TIMEOUT:-170} python3 -m ksearch.cli.main run task=$2 eval.workloads=$3 search.max_rounds=$4 \
         run.dir=/tmp/run_$2 run.live=false > $R/run_$2.log 2>&1; echo "== search $2 rc=$?"
       grep -E "^(stopped|best:)" -A1 $R/run_$2.log | cut -c1-230
-      python3 -m ksearch.cli show /tmp/run_$2 2>&1 | grep -A8 "families" | cut -c1-200
+      python3 -m ksearch.cli.main show /tmp/run_$2 2>&1 | grep -A8 "families" | cut -c1-200
       tar czf $R/run_$2.tgz -C /tmp run_$2 ;;
     bench)
       extra=""; if [ -n "${4:-}" ]; then mkdir -p /tmp/b_$2 && tar xzf $4 -C /tmp/b_$2 && extra="--run /tmp/b_$2/$(ls /tmp/b_$2)"; fi
-      timeout ${STEP_TIMEOUT:-170} python3 -m ksearch.cli bench task=$2 eval.workloads=$3 --families $extra \
+      timeout ${STEP_TIMEOUT:-170} python3 -m ksearch.cli.main bench task=$2 eval.workloads=$3 --families $extra \
         ${BENCH_OVERRIDES:-} --out $R/bench_$2_$3.json > $R/bench_$2_$3.log 2>&1; echo "== bench $2 $3 rc=$?"
       grep -E "^(geomean|failure|baseline|copy)|\[(PASSED|INCORRECT|RUNTIME|COMPILE|TIMEOUT)" $R/bench_$2_$3.log | cut -c1-230 ;;
     repeat)
-      timeout ${STEP_TIMEOUT:-300} python3 -m ksearch.cli bench task=$2 eval.workloads=$3 --baseline-repeats $4 \
+      timeout ${STEP_TIMEOUT:-300} python3 -m ksearch.cli.main bench task=$2 eval.workloads=$3 --baseline-repeats $4 \
         --out $R/repeat_$2_$3.json > $R/repeat_$2_$3.log 2>&1; echo "== repeat $2 $3 x$4 rc=$?"
       grep -vE "^run [0-9]+:" $R/repeat_$2_$3.log | cut -c1-200 | tail -40 ;;
     pytest)

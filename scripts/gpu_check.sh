@@ -23,5 +23,5 @@ f=c.families[-1].name
 open('/tmp/k/a.py','w').write(c.render(f,{}))
 open('/tmp/k/b.py','w').write(c.render(f,{}))
 print('family', f)"
-timeout ${T2:-200} python3 -m ksearch.cli bench task=gqa_paged_decode_h32_kv4_d128_ps1 eval.workloads=feedback \
+timeout ${T2:-200} python3 -m ksearch.cli.main bench task=gqa_paged_decode_h32_kv4_d128_ps1 eval.workloads=feedback \
   --solution /tmp/k/a.py --solution /tmp/k/b.py --out $OUT/bench_twice.json 2>&1 | tee $OUT/bench_twice.log | tail -40

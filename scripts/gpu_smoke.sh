@@ -35,7 +35,7 @@ T0=$(date +%s)
 summary "gpu_smoke at ${SMOKE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')} on $(date -u +%FT%TZ)"
 step env 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv,noheader &&
   python3 -c "import sys,torch,triton,flashinfer; print(sys.version.split()[0], torch.__version__, triton.__version__, flashinfer.__version__)" &&
-  python3 -c "from ksearch.eval.forkserver import ForkServer as F; s = F(preload=[\"ksearch.eval.candidate\"]); print(\"sandbox:\", s.isolation_note, \"| zygote start\", round(s.startup_s, 1), \"s\"); s.close()"'
+  python3 -c "from ksearch.eval.isolation.forkserver import ForkServer as F; s = F(preload=[\"ksearch.eval.candidate.harness\"]); print(\"sandbox:\", s.isolation_note, \"| zygote start\", round(s.startup_s, 1), \"s\"); s.close()"'
 wanted env && sed 's/^/      /' "$LOG/env.log"
 step peaks 120 python3 scripts/peaks_check.py --json "$LOG/peaks.json"
 wanted peaks && sed -n '1,6p' "$LOG/peaks.log" | sed 's/^/      /'

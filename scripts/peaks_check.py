@@ -1,4 +1,4 @@
-"""The peaks ksearch measures (ksearch.eval.roofline.measure_peaks) beside independent measurements.
+"""The peaks ksearch measures (ksearch.eval.clocks.roofline.measure_peaks) beside independent measurements.
 
 Independent means other code and another clock on separately allocated buffers: triton.testing.do_bench
 for the copy (its own L2 flush and events), one pair of events around 30 back-to-back matmuls for the rates. Prints one table; exits 1 when the copy bandwidth differs by more
@@ -17,8 +17,8 @@ import sys
 import torch
 import triton.testing
 
-from ksearch.eval.gputime import graph_gpu_ms
-from ksearch.eval.roofline import measure_peaks
+from ksearch.eval.clocks.gputime import graph_gpu_ms
+from ksearch.eval.clocks.roofline import measure_peaks
 
 COPY_TOLERANCE = 0.05
 MATMUL_TOLERANCE = 0.10

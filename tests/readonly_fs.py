@@ -48,6 +48,6 @@ def install(readonly: Path) -> None:
 
 if __name__ == "__main__":
     install(Path(sys.argv[1]))
-    from ksearch.cli import main
+    from ksearch.cli.main import main
 
     sys.exit(main(sys.argv[2:]))

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.eval.audit import AuditPolicy, normalise_exe
-from ksearch.eval.forkserver import ForkServer
+from ksearch.eval.candidate.audit import AuditPolicy, normalise_exe
+from ksearch.eval.isolation.forkserver import ForkServer
 
 
 # ---- runs in the child ------------------------------------------------------------------------------------
 def run_candidate(conn, source: str) -> None:
     """Target: import the candidate from the scratch dir, call its run(), report what happened."""
-    from ksearch.eval import audit
+    from ksearch.eval.candidate import audit
 
     path = Path.cwd() / f"cand_{uuid.uuid4().hex[:8]}.py"
     path.write_text(source)
@@ -312,7 +312,7 @@ def test_a_second_audit_hook_is_not_added(server, tmp_path):
 def test_refusal_is_reported_even_if_the_candidate_clears_the_list(server, tmp_path):
     kind, message, violations, child = judge(server, tmp_path, '''
         import gc
-        from ksearch.eval import audit
+        from ksearch.eval.candidate import audit
         def run():
             try:
                 gc.get_objects()

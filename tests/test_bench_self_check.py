@@ -1,6 +1,6 @@
 """`ksearch bench` checks its own repeatability: the same kernel listed twice must give the same ratios."""
 
-from ksearch.bench import self_check
+from ksearch.cli.bench import self_check
 
 
 def _result(name, ratios):

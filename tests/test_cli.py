@@ -2,8 +2,8 @@
 
 import pytest
 
-from ksearch.app import ConfigError, compose_config
-from ksearch.cli import main
+from ksearch.cli.app import ConfigError, compose_config
+from ksearch.cli.main import main
 
 
 def test_tasks_lists_gqa(capsys):

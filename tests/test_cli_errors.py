@@ -10,8 +10,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ksearch.app import ConfigError, compose_config, execute
-from ksearch.cli import main, parse_args
+from ksearch.cli.app import ConfigError, compose_config, execute
+from ksearch.cli.main import main, parse_args
 from ksearch.config import Config
 from ksearch.config_validate import CHECKED_ELSEWHERE, RULES, leaf_keys, violations
 
@@ -197,7 +197,7 @@ def test_version_and_python_dash_m(capsys):
 
 
 def test_compare_finds_the_arms_of_a_sweep_in_a_relative_folder(tmp_path, monkeypatch):
-    from ksearch.sweep import plan_sweep
+    from ksearch.cli.sweep import plan_sweep
     from ksearch.viz.compare import expand_run_dirs
 
     monkeypatch.chdir(tmp_path)
@@ -230,7 +230,7 @@ def test_a_misspelt_override_is_named_with_the_nearest_setting(override, expecte
 
 def test_known_overrides_pass_the_hint_check():
     from ksearch.config_hints import first_problem
-    from ksearch.app import conf_dir
+    from ksearch.cli.app import conf_dir
 
     assert first_problem(["search.max_rounds=3", "llm=litellm", "task=gqa_paged_decode_h32_kv4_d128_ps1",
                           "fork.from=/x", "+search.extra=1", "eval.device=cpu,cuda", "hydra.verbose=true"],
@@ -245,7 +245,7 @@ def test_resume_names_a_misspelt_override_too(tmp_path, capsys):
 
 def test_a_start_that_fails_after_the_folder_was_made_leaves_none(tmp_path, monkeypatch):
     """Whatever fails before the first journal record (here the evaluation pool) takes the folder with it."""
-    import ksearch.eval.pool as pool
+    import ksearch.eval.parent.pool as pool
 
     def no_pool(*a, **k):
         raise ValueError("eval.pool=ray needs Ray: pip install 'ksearch[ray]' (or eval.pool=local)")
@@ -268,7 +268,7 @@ def test_a_start_that_recorded_something_keeps_its_folder(tmp_path):
 
 
 def test_bench_self_check_that_disagrees_exits_non_zero(tmp_path, capsys, monkeypatch):
-    import ksearch.bench as bench
+    import ksearch.cli.bench as bench
     from ksearch.task import load_task
     from ksearch.task.catalog import load_catalog
 

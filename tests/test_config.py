@@ -4,7 +4,7 @@ configs and journals keep the strings they always had."""
 import pytest
 from omegaconf import OmegaConf
 
-from ksearch.app import ConfigError, compose_config, load_saved_config
+from ksearch.cli.app import ConfigError, compose_config, load_saved_config
 from ksearch.config import Policy, SearchConfig, SettingError, problems, to_plain
 from ksearch.eval.report import Metric
 

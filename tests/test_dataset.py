@@ -6,7 +6,7 @@ import struct
 import pytest
 import torch
 
-from ksearch.app import compose_config, resolve_eval
+from ksearch.cli.app import compose_config, resolve_eval
 from ksearch.task import load_task
 from ksearch.task.dataset import DatasetError, read_safetensors
 

@@ -12,8 +12,8 @@ from omegaconf import OmegaConf
 
 from ksearch.config import Config
 from ksearch.eval.report import EvalReport, WorkloadResult
-from ksearch.eval.rules import check_outputs
-from ksearch.eval.static_checks import StaticCheckConfig, check_source
+from ksearch.eval.trusted.rules import check_outputs
+from ksearch.eval.parent.static_checks import StaticCheckConfig, check_source
 from ksearch.instantiate.dispatch import DispatchError, Member, axis_sources, compose, namespace_module
 from ksearch.instantiate.loader import load_module_from_source
 from ksearch.task.catalog import load_catalog

@@ -5,8 +5,8 @@ Tricks and attacks live in tests/adversarial/; this file covers the ordinary pat
 
 import pytest
 
-from ksearch.eval.evaluator import EvalSettings, Evaluator
-from ksearch.eval.noise import (compare_reports, compare_scores, near_tie, noise_floor, relative_spread,
+from ksearch.eval.parent.evaluator import EvalSettings, Evaluator
+from ksearch.eval.clocks.noise import (compare_reports, compare_scores, near_tie, noise_floor, relative_spread,
                                 score_spread)
 from ksearch.eval.report import BaselineTimes, EvalReport, WorkloadResult, score_report
 from ksearch.task import load_task
@@ -181,7 +181,7 @@ def test_compare_reports_handles_failures_old_records_and_shared_baselines():
 def test_output_capture_keeps_head_and_tail_and_finds_a_split_marker():
     import os
 
-    from ksearch.eval.sandbox import MARKER, OutputCapture
+    from ksearch.eval.parent.worker_handle import MARKER, OutputCapture
 
     r, w = os.pipe()
     cap = OutputCapture(r, head=10, tail=20)

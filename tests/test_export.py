@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.cli import main
-from ksearch.fib import FibSolution, FibTrace, from_fib, to_fib
+from ksearch.cli.main import main
+from ksearch.interop.flashinfer_bench import FibSolution, FibTrace, from_fib, to_fib
 from ksearch.instantiate.solution import Solution, solution_from_text
 from ksearch.task.catalog import load_catalog
 

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from ksearch.cli import main
+from ksearch.cli.main import main
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rmsnorm.json"
 

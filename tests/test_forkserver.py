@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from ksearch.eval import reaper
-from ksearch.eval.forkserver import CACHE_VARS, ForkServer, ForkServerError
-from ksearch.eval.sandbox import wait_for
+from ksearch.eval.isolation import reaper
+from ksearch.eval.isolation.forkserver import CACHE_VARS, ForkServer, ForkServerError
+from ksearch.eval.parent.worker_handle import wait_for
 
 
 # ---- runs in the child ------------------------------------------------------------------------------------

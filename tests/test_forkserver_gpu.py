@@ -5,7 +5,7 @@ a killed child gives its GPU memory back. Run on a CUDA host:
 
 Prints one line per configuration: spawn -> target, CUDA init, first kernel (Triton compile + launch into a
 fresh per-child cache, or a copy of a seed cache warmed by the trusted side, as the evaluator does),
-spawn -> reaped; medians over the children. The children run inside the kernel's walls (ksearch.eval.walls);
+spawn -> reaped; medians over the children. The children run inside the kernel's walls (ksearch.eval.isolation.walls);
 the plan is printed.
 """
 
@@ -19,8 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ksearch.eval.audit import AuditPolicy
-from ksearch.eval.forkserver import ForkServer
+from ksearch.eval.candidate.audit import AuditPolicy
+from ksearch.eval.isolation.forkserver import ForkServer
 
 pytestmark = pytest.mark.gpu
 

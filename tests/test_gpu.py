@@ -2,7 +2,7 @@
 
 import pytest
 
-from ksearch.eval.evaluator import EvalSettings, Evaluator
+from ksearch.eval.parent.evaluator import EvalSettings, Evaluator
 from ksearch.task.catalog import load_catalog
 from ksearch.task import list_tasks, load_task
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from ksearch.eval import evaluator
-from ksearch.eval.evaluator import HEARTBEAT_S, heartbeat
+from ksearch.eval.parent import evaluator
+from ksearch.eval.parent.evaluator import HEARTBEAT_S, heartbeat
 
 
 def test_a_long_block_reports_while_it_runs_and_stops_after():

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from ksearch.cli import main
+from ksearch.cli.main import main
 from ksearch.store import load_history
 from tests.test_show_report_compare import recorded_run, write_synthetic_run
 

@@ -15,7 +15,7 @@ import pytest
 from ksearch.store import read_journal
 from ksearch.world_model import WorldModel
 
-CLI = [sys.executable, "-m", "ksearch.cli"]
+CLI = [sys.executable, "-m", "ksearch.cli.main"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 

@@ -17,7 +17,7 @@ import pytest
 from ksearch.store import read_journal
 from tests.test_parallel import check_journal, cycle_work, owner_decisions
 
-CLI = [sys.executable, "-m", "ksearch.cli"]
+CLI = [sys.executable, "-m", "ksearch.cli.main"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 SETTINGS = ["search.max_rounds=6", "search.parallel=3", "run.live=false"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.app import compose_config, execute
+from ksearch.cli.app import compose_config, execute
 from ksearch.store import read_journal
 from tests.fake_llm_server import FakeLLMServer, error
 from tests.test_search import ScriptedEvaluator, by_block
@@ -25,7 +25,7 @@ ROUNDS = 4
 
 
 class ScriptedEvaluatorFactory(ScriptedEvaluator):
-    """Stands in for ksearch.eval.evaluator.Evaluator(task, settings)."""
+    """Stands in for ksearch.eval.parent.evaluator.Evaluator(task, settings)."""
 
     def __init__(self, task=None, settings=None):
         super().__init__(by_block)
@@ -36,7 +36,7 @@ class ScriptedEvaluatorFactory(ScriptedEvaluator):
 
 @pytest.fixture(autouse=True)
 def scripted(monkeypatch):
-    import ksearch.eval.evaluator as ev
+    import ksearch.eval.parent.evaluator as ev
 
     monkeypatch.setattr(ev, "Evaluator", ScriptedEvaluatorFactory)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.text import Text
 from textual.widgets import Tree
 
-from ksearch.cli import main
+from ksearch.cli.main import main
 from ksearch.store import load_history
 from ksearch.viz.compare import CompareRow, compare_table
 from ksearch.viz.fit_table import Column, fit_table
@@ -32,7 +32,7 @@ def real_run(tmp_path_factory):
 
 
 def _render(renderable, width: int) -> list[str]:
-    console = Console(file=io.StringIO(), width=width, soft_wrap=True)      # as ksearch.cli.console
+    console = Console(file=io.StringIO(), width=width, soft_wrap=True)      # as ksearch.cli.main.console
     console.print(renderable)
     return console.file.getvalue().splitlines()
 
@@ -44,7 +44,7 @@ def _words(lines: list[str]) -> set[str]:
 # ---- tables of names --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("width", WIDTHS)
 def test_tasks_table_keeps_every_name_whole(width, capsys, monkeypatch):
-    from ksearch import cli
+    from ksearch.cli import main as cli
     from ksearch.task import list_tasks
 
     monkeypatch.setattr(cli, "console", Console(width=width, soft_wrap=True))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.atomic import atomic_write
+from ksearch.store.atomic import atomic_write
 from ksearch.store import load_history
 from ksearch.store.best_manifest import BestKind, BestManifest, manifest_from_history, read_manifest
 from ksearch.store.short_ids import ShortIds
@@ -38,7 +38,7 @@ _TREE_ID = re.compile(r"(?:^|[─━] )(n\d+) ")
 
 def cli(capsys, *args: str) -> str:
     """`ksearch ARGS` in this process (quicker), for the checks beside each test's subprocess one."""
-    from ksearch.cli import main
+    from ksearch.cli.main import main
 
     capsys.readouterr()
     assert main(list(args)) == 0
@@ -247,7 +247,7 @@ def test_compare_says_when_two_runs_baselines_differ(tmp_path, capsys):
 def test_cpu_baselines_are_timed_in_enough_long_rounds_within_a_budget(monkeypatch):
     import random
 
-    from ksearch.eval import baselines as B
+    from ksearch.eval.trusted import baselines as B
 
     calls: list[float] = []
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from ksearch import PROJECT_ROOT
-from ksearch.eval.rules import check_outputs
+from ksearch.eval.trusted.rules import check_outputs
 from ksearch.instantiate.loader import load_entry_point
 from ksearch.task import load_task
 from ksearch.task.catalog import load_catalog

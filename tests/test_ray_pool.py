@@ -29,8 +29,8 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_parallel_search_on_a_local_ray_cluster_finishes_and_leaves_nothing_running(tmp_path, monkeypatch):
-    import ksearch.eval.pool as pool_mod
-    from ksearch.app import compose_config, execute
+    import ksearch.eval.parent.pool as pool_mod
+    from ksearch.cli.app import compose_config, execute
 
     pools = []
     real = pool_mod.build_pool
@@ -65,7 +65,7 @@ def test_parallel_search_on_a_local_ray_cluster_finishes_and_leaves_nothing_runn
 def test_cli_run_with_the_ray_pool(tmp_path):
     """The acceptance command: `ksearch run search.parallel=2 eval.pool=ray` finishes on the CPU."""
     run_dir = tmp_path / "cli"
-    done = subprocess.run([sys.executable, "-m", "ksearch.cli", "run", f"run.dir={run_dir}", "run.live=false",
+    done = subprocess.run([sys.executable, "-m", "ksearch.cli.main", "run", f"run.dir={run_dir}", "run.live=false",
                            "search.max_rounds=2", "search.parallel=2", "eval.pool=ray"],
                           capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]

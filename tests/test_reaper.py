@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from ksearch.eval import reaper
-from ksearch.eval.forkserver import ForkServer
-from ksearch.eval.sandbox import wait_for
+from ksearch.eval.isolation import reaper
+from ksearch.eval.isolation.forkserver import ForkServer
+from ksearch.eval.parent.worker_handle import wait_for
 
 
 # ---- runs in the child ------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from ksearch.app import ConfigError, compose_config, execute
+from ksearch.cli.app import ConfigError, compose_config, execute
 from ksearch.config import Config
 from ksearch.llm.offline import OfflineModel
 from ksearch.planner.search import Search
@@ -75,7 +75,7 @@ def test_resume_refuses_to_change_what_measurements_mean(tmp_path):
     run = tmp_path / "c"
     cfg = compose_config([f"run.dir={run}", "run.live=false", "search.max_rounds=1", "eval.device=cpu"])
     execute(cfg, run, fresh=True)
-    from ksearch.app import load_saved_config
+    from ksearch.cli.app import load_saved_config
     changed = load_saved_config(run, ["eval.workloads=full"])
     with pytest.raises(ConfigError, match="eval.workloads"):
         execute(changed, run, fresh=False)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from ksearch.eval.roofline import (H200_DATASHEET, LimitFraction, Peaks, compute_rate, datasheet_for,
+from ksearch.eval.clocks.roofline import (H200_DATASHEET, LimitFraction, Peaks, compute_rate, datasheet_for,
                                    limit_fraction, measure_peaks, physical_floor_ms)
 from ksearch.task import Workload, load_task
 
@@ -81,7 +81,7 @@ def test_mla_prefill_rate_counts_causal_flops_on_every_row():
 def test_bench_rows_carry_tflops_and_percent_of_tensor_peak():
     from rich.console import Console
 
-    from ksearch.bench import print_summary, summarize
+    from ksearch.cli.bench import print_summary, summarize
     from ksearch.eval.report import BaselineTimes, EvalReport, WorkloadResult
 
     task = load_task(MLA_PREFILL)

@@ -2,7 +2,7 @@
 
 import torch
 
-from ksearch.eval.rules import check_outputs, normalize_outputs
+from ksearch.eval.trusted.rules import check_outputs, normalize_outputs
 
 
 def _check(x, y, **kw):

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.app import ConfigError, compose_config, execute
+from ksearch.cli.app import ConfigError, compose_config, execute
 from ksearch.store import read_journal
 from ksearch.store.lock import LOCK_NAME, RunLock, RunLocked, probe
 
-CLI = [sys.executable, "-m", "ksearch.cli"]
+CLI = [sys.executable, "-m", "ksearch.cli.main"]
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
     [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}

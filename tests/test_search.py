@@ -149,7 +149,7 @@ def test_cli_run_killed_in_round_three_then_resumed(tmp_path):
     """The product check: SIGKILL during round 3, `ksearch resume`, same evaluation count, none twice."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     run_dir = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "ksearch.cli"]
+    cmd = [sys.executable, "-m", "ksearch.cli.main"]
     proc = subprocess.Popen(cmd + ["run", f"run.dir={run_dir}", "search.max_rounds=4", "eval.validate=none"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     journal = run_dir / "journal.jsonl"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.cli import main
+from ksearch.cli.main import main
 from ksearch.store import NotARunError, load_history
 from ksearch.viz.speedups import prediction_points
 from ksearch.world_model import Action, AttachedSolution, Node

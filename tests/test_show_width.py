@@ -7,7 +7,7 @@ import shutil
 import networkx as nx
 import pytest
 
-from ksearch.cli import main
+from ksearch.cli.main import main
 from ksearch.store import load_history
 from ksearch.store.best_manifest import BestKind, manifest_from_history
 from ksearch.store.short_ids import ShortIds

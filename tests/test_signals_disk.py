@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.cli import main
+from ksearch.cli.main import main
 from ksearch.store import Journal, read_journal
 from ksearch.store.shutdown import EXIT_DISK_FULL, EXIT_TERMINATED, terminated_message
 
-CLI = [sys.executable, "-m", "ksearch.cli"]
+CLI = [sys.executable, "-m", "ksearch.cli.main"]
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
     [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}

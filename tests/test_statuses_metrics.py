@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from ksearch.eval.evaluator import EvalSettings
-from ksearch.eval.gputime import per_call_ms
+from ksearch.eval.parent.evaluator import EvalSettings
+from ksearch.eval.clocks.gputime import per_call_ms
 from ksearch.eval.report import BaselineTimes, EvalReport, Metric, Status, TimingMethod, score_metric
 
 #: An evaluation as journals recorded it before the enums (plain strings everywhere).
@@ -49,7 +49,7 @@ def test_the_score_uses_the_asked_clock_on_a_gpu_and_call_latency_on_a_cpu(devic
 
 def test_eval_metric_reaches_the_evaluator(monkeypatch):
     """`eval.metric=call_latency` on a GPU is the clock the evaluator's jobs are given (it was dropped)."""
-    from ksearch import app
+    from ksearch.cli import app
     from ksearch.task import load_task
 
     monkeypatch.setattr(app, "check_device", lambda cfg: "cuda")
@@ -66,7 +66,7 @@ def test_a_time_per_call_is_the_reading_less_what_else_it_held_never_negative():
 
 
 def test_a_candidate_may_claim_only_its_own_failures():
-    from ksearch.eval.judge import _claimed
+    from ksearch.eval.trusted.judge import _claimed
 
     assert _claimed({"status": "INCORRECT_LATE_WRITE"}, Status.RUNTIME_ERROR) is Status.INCORRECT_LATE_WRITE
     for claim in ("PASSED", "INCORRECT_TIMING", "INCORRECT_TAMPERING", "bogus", ["INCORRECT_SHAPE"], None):
@@ -74,12 +74,12 @@ def test_a_candidate_may_claim_only_its_own_failures():
 
 
 def test_a_judgement_and_a_baseline_job_are_told_the_same_clock_and_seed(tmp_path):
-    """Both jobs take the fields they share from the evaluator's settings in one place (ksearch.eval.job)."""
+    """Both jobs take the fields they share from the evaluator's settings in one place (ksearch.eval.trusted.job)."""
     from dataclasses import fields
     from types import SimpleNamespace
 
-    from ksearch.eval import evaluator
-    from ksearch.eval.job import Job
+    from ksearch.eval.parent import evaluator
+    from ksearch.eval.trusted.job import Job
 
     jobs = {}
 
@@ -110,7 +110,7 @@ def test_a_judgement_and_a_baseline_job_are_told_the_same_clock_and_seed(tmp_pat
 
 
 def test_a_nodes_status_is_a_member_and_the_views_list_them_in_its_order():
-    from ksearch.cli import _statuses
+    from ksearch.cli.main import _statuses
     from ksearch.world_model import Action, Node, NodeStatus
 
     assert Node("a", "root", action=Action("t")).status is NodeStatus.open

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-from ksearch.cli import main
+from ksearch.cli.main import main
 from ksearch.config import Config
-from ksearch.sweep import SweepError, parse_sweep, plan_sweep, run_sweep
+from ksearch.cli.sweep import SweepError, parse_sweep, plan_sweep, run_sweep
 
 
 def test_values_are_split_by_hydras_grammar():

@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from ksearch.eval.rules import check_outputs
+from ksearch.eval.trusted.rules import check_outputs
 from ksearch.instantiate.loader import load_entry_point
 from ksearch.task.catalog import load_catalog
 from ksearch.task import load_task

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ksearch.eval.interpreter import prepare_interpreter
-from ksearch.eval.rules import check_outputs
+from ksearch.eval.trusted.rules import check_outputs
 from ksearch.instantiate.loader import load_entry_point
 from ksearch.task.catalog import load_catalog
 from ksearch.task import load_task

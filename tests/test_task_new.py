@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ksearch.cli import main
+from ksearch.cli.main import main
 from ksearch.task import load_task
 from ksearch.task.catalog import load_catalog
 
@@ -59,7 +59,7 @@ def test_each_starter_family_passes_ksearch_eval(rmsnorm_dir, tmp_path, capsys, 
 
 
 def test_task_dir_setting_adds_the_folder(rmsnorm_dir, monkeypatch):
-    from ksearch.app import compose_config
+    from ksearch.cli.app import compose_config
 
     monkeypatch.delenv("KSEARCH_TASKS_DIR")
     cfg = compose_config([f"task.dir={rmsnorm_dir.parent}", "task=rmsnorm_h4096"])

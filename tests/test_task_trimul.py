@@ -19,9 +19,9 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu":
     prepare_interpreter()
 
-from ksearch.eval.evaluator import EvalSettings, Evaluator
+from ksearch.eval.parent.evaluator import EvalSettings, Evaluator
 from ksearch.eval.report import BaselineTimes
-from ksearch.eval.rules import check_outputs
+from ksearch.eval.trusted.rules import check_outputs
 from ksearch.instantiate.loader import load_entry_point
 from ksearch.task.catalog import load_catalog
 from ksearch.task import Correctness, load_task
@@ -336,7 +336,7 @@ def test_ksearch_run_passes_on_tiny(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "ksearch.cli", "run", f"task={TASK}", f"run.dir={run_dir}",
+    proc = subprocess.run([sys.executable, "-m", "ksearch.cli.main", "run", f"task={TASK}", f"run.dir={run_dir}",
                            "search.max_rounds=4", "run.live=false", "eval.device=cpu"],
                           capture_output=True, text=True, env=env, cwd=str(PROJECT_ROOT), timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

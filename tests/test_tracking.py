@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from ksearch.cli import main
+from ksearch.cli.main import main
 from ksearch.eval.report import EvalReport
 from ksearch.viz.tracking import Tee, TrackingError, check_logger, make_tracker, tee
 from ksearch.world_model import Action, Node

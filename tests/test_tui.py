@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 from textual.widgets import Static, TabbedContent, Tree
 
-from ksearch.cli import main
+from ksearch.cli.main import main
 from ksearch.store import load_history
 from ksearch.viz.tui import RunBrowser
 from tests.test_show_report_compare import recorded_run, write_synthetic_run

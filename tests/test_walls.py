@@ -1,4 +1,4 @@
-"""The kernel's walls around a candidate's process (ksearch.eval.walls), seen from inside a forked child.
+"""The kernel's walls around a candidate's process (ksearch.eval.isolation.walls), seen from inside a forked child.
 
 Each child runs native-level attempts (plain os calls, no audit hook): writes outside its scratch folder,
 /proc/sys and cgroup files, /dev/shm segments, the hidden task folder, a full scratch, escape system calls.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.eval import walls
-from ksearch.eval.forkserver import ForkServer
+from ksearch.eval.isolation import walls
+from ksearch.eval.isolation.forkserver import ForkServer
 
 SCRATCH_LIMIT = 16 << 20
 
@@ -256,7 +256,7 @@ def test_what_honest_code_does_still_works(server, tmp_path):
 def test_a_wall_that_stops_cuda_is_left_out_and_said(monkeypatch):
     """On the H200 the first walls failed every candidate (cudaGetDeviceCount error 304): the probe now
     checks CUDA inside the walls and drops what stops it, naming it in the plan's notes."""
-    from ksearch.eval import walls
+    from ksearch.eval.isolation import walls
 
     def fake_try(plan, new_pid_ns):
         if plan.landlock_abi:
@@ -273,7 +273,7 @@ def test_a_wall_that_stops_cuda_is_left_out_and_said(monkeypatch):
 
 
 def _full_plan():
-    from ksearch.eval import walls
+    from ksearch.eval.isolation import walls
 
     return walls.WallsPlan(mount="root", private_proc=True, uid=walls.NOBODY, gid=walls.NOBODY, needed=("/usr",),
                            landlock_abi=5, seccomp=True, drop_caps=True)
@@ -281,7 +281,7 @@ def _full_plan():
 
 def _ladder(stops_cuda):
     """Run the CUDA ladder from the full plan against a machine where `stops_cuda(plan)` says CUDA fails."""
-    from ksearch.eval import walls
+    from ksearch.eval.isolation import walls
 
     tried = []
 
@@ -300,7 +300,7 @@ def _ladder(stops_cuda):
     ("mount", dict(uid=65534, landlock_abi=5, seccomp=True, private_proc=True, drop_caps=True)),
 ])
 def test_the_cuda_ladder_leaves_out_only_the_wall_that_stops_cuda(culprit, kept):
-    from ksearch.eval import walls
+    from ksearch.eval.isolation import walls
 
     def stops(plan):
         return walls._has(plan, culprit)
@@ -316,7 +316,7 @@ def test_the_cuda_ladder_leaves_out_only_the_wall_that_stops_cuda(culprit, kept)
 def test_a_cuda_that_needs_a_matching_proc_keeps_the_private_proc():
     """A candidate in its own PID namespace with the host's /proc (the walls' last fallback on the H200, which
     then failed every candidate): the ladder must end where the judge before the walls ran."""
-    from ksearch.eval import walls
+    from ksearch.eval.isolation import walls
 
     found, notes, _ = _ladder(lambda plan: not plan.private_proc or (plan.mount and plan.read_only))
     assert found is not None and found.private_proc and found.mount == "root" and not found.read_only
@@ -324,7 +324,7 @@ def test_a_cuda_that_needs_a_matching_proc_keeps_the_private_proc():
 
 
 def test_no_ladder_step_helps_when_cuda_never_starts():
-    from ksearch.eval import walls
+    from ksearch.eval.isolation import walls
 
     found, notes, tried = _ladder(lambda plan: True)
     assert found is None and notes[0].startswith("CUDA does not start even without any of the walls")
@@ -334,7 +334,7 @@ def test_no_ladder_step_helps_when_cuda_never_starts():
 def test_the_last_fallback_is_the_judge_before_the_walls(monkeypatch):
     """When no walls hold, children still get what ran on the H200 before them: a private /proc in their own
     PID namespace, no capabilities."""
-    from ksearch.eval import walls
+    from ksearch.eval.isolation import walls
 
     monkeypatch.setattr(walls, "_try", lambda plan, new_pid_ns: (False, "mount /: Operation not permitted"))
     monkeypatch.setattr(walls.landlock, "abi_version", lambda: 0)
@@ -345,7 +345,7 @@ def test_the_last_fallback_is_the_judge_before_the_walls(monkeypatch):
 
 
 def test_a_private_proc_without_a_mount_namespace_is_applied(monkeypatch, tmp_path):
-    from ksearch.eval import walls
+    from ksearch.eval.isolation import walls
 
     calls = []
     monkeypatch.setattr(walls.reaper, "make_private_proc", lambda: calls.append("proc"))
@@ -354,7 +354,7 @@ def test_a_private_proc_without_a_mount_namespace_is_applied(monkeypatch, tmp_pa
 
 
 def test_a_plan_round_trips_through_json():
-    from ksearch.eval import walls
+    from ksearch.eval.isolation import walls
 
     plan = walls.WallsPlan(mount="root", read_only=False, private_proc=True, notes=("x",), needed=("/usr",))
     assert walls.from_json(walls.to_json(plan)) == plan

@@ -1,4 +1,4 @@
-"""GPU: the kernel's walls (ksearch.eval.walls) leave CUDA, Triton's compiler and CUDA extension builds working.
+"""GPU: the kernel's walls (ksearch.eval.isolation.walls) leave CUDA, Triton's compiler and CUDA extension builds working.
 Run on a CUDA host:
 
     PYTHONPATH=$PWD python -m pytest -q -s -m gpu tests/test_walls_gpu.py
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ksearch.eval.forkserver import ForkServer
+from ksearch.eval.isolation.forkserver import ForkServer
 
 pytestmark = pytest.mark.gpu
 
@@ -72,7 +72,7 @@ def test_a_cuda_solution_builds_and_passes_inside_the_walls():
 
     if shutil.which("nvcc") is None and not cpp_extension.CUDA_HOME:
         pytest.skip("no nvcc here")
-    from ksearch.eval.evaluator import EvalSettings, Evaluator
+    from ksearch.eval.parent.evaluator import EvalSettings, Evaluator
     from ksearch.eval.report import BaselineTimes, Status
     from ksearch.task import load_task
 

@@ -108,7 +108,7 @@ class WorkloadResult:
     max_rel_error: float | None = None
     matched_ratio: float | None = None
     trial_ms: list[float] = field(default_factory=list)   # each timing trial's time per call, that clock
-    spread: float | None = None               # relative run-to-run spread of latency_ms (ksearch.eval.noise)
+    spread: float | None = None               # relative run-to-run spread of latency_ms (ksearch.eval.clocks.noise)
     baseline_ms: float | None = None          # the best baseline variant on this workload
     baseline_spread: float | None = None
     gpu_time_ms: float | None = None          # GPU time per call (CUDA-graph replay or CUPTI), judge's clock
@@ -264,9 +264,9 @@ def score_report(report: EvalReport, baseline: BaselineTimes) -> EvalReport:
 
     The baselines are measured once per run by the trusted worker with the same clock as the candidates
     (`BaselineTimes.metric`); old reports that carry baselines timed in their own job use those.
-    `score_spread` combines the candidate's and the baseline's relative spreads (ksearch.eval.noise).
+    `score_spread` combines the candidate's and the baseline's relative spreads (ksearch.eval.clocks.noise).
     """
-    from ksearch.eval.noise import score_spread
+    from ksearch.eval.clocks.noise import score_spread
 
     if not report.passed:
         return report

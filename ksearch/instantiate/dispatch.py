@@ -1,7 +1,7 @@
 """Compose several Triton/Python kernels into one solution whose `run()` picks a kernel from the shapes.
 
 Why not exec the embedded sources: the evaluator's static checks refuse `exec`, `compile` and
-`importlib` (ksearch/eval/static_checks.py), for good reason. So each kernel's module body is
+`importlib` (ksearch/eval/parent/static_checks.py), for good reason. So each kernel's module body is
 namespaced by renaming instead: every top-level binding `foo` of kernel i becomes `_k{i}_foo`, and every
 reference to it follows (scope-aware: a function parameter or local that shadows a module name is left
 alone; attribute names and keyword-argument names are never touched). Import statements are hoisted

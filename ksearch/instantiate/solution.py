@@ -79,7 +79,7 @@ def solution_from_text(definition: str, text: str, entry: str = "run", **meta: A
     if text.lstrip().startswith("{"):
         fib = _fib_document(text)
         if fib is not None:
-            from ksearch.fib import from_fib
+            from ksearch.interop.flashinfer_bench import from_fib
 
             sol = from_fib(fib)
             return Solution(definition=definition or sol.definition, sources=sol.sources, language=sol.language,
@@ -94,7 +94,7 @@ def solution_from_text(definition: str, text: str, entry: str = "run", **meta: A
 def _fib_document(text: str) -> dict[str, Any] | None:
     import json
 
-    from ksearch.fib import is_fib_solution
+    from ksearch.interop.flashinfer_bench import is_fib_solution
 
     try:
         doc = json.loads(text)

@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
-from ksearch.atomic import atomic_write
+from ksearch.store.atomic import atomic_write
 from ksearch.llm.base import ModelReply, ModelRequest, as_cached_usage
 from ksearch.llm.redact import redact_obj
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 from dataclasses import dataclass, field
 
-from ksearch.eval.noise import compare_reports
+from ksearch.eval.clocks.noise import compare_reports
 from ksearch.eval.report import EvalReport
 from ksearch.world_model import Node
 

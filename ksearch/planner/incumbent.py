@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ksearch.eval.noise import compare_reports
+from ksearch.eval.clocks.noise import compare_reports
 from ksearch.eval.report import EvalReport
 from ksearch.store import Journal, RunDir
 from ksearch.store.best_manifest import BestKind, BestManifest, BestMember

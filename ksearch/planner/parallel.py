@@ -25,7 +25,7 @@ import threading
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable
 
-from ksearch.eval.pool import serialize_ast_parse
+from ksearch.eval.parent.pool import serialize_ast_parse
 from ksearch.llm.base import ModelRequest
 from ksearch.planner.cycle import CycleState
 from ksearch.world_model import WorldModel

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ksearch.eval.noise import compare_reports
+from ksearch.eval.clocks.noise import compare_reports
 from ksearch.eval.report import EvalReport
 from ksearch.task import Task, Workload
 from ksearch.task.regions import region_of, scheme_of

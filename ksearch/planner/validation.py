@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ksearch.eval.noise import compare_reports
+from ksearch.eval.clocks.noise import compare_reports
 from ksearch.eval.report import BaselineTimes, EvalReport
 from ksearch.store.rundir import atomic_write
 from ksearch.task import Task, Workload

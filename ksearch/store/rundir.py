@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ksearch.atomic import atomic_write
+from ksearch.store.atomic import atomic_write
 from ksearch.instantiate.solution import Solution
 from ksearch.store.best_manifest import MANIFEST_NAME, BestManifest
 

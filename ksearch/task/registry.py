@@ -179,7 +179,7 @@ class Task:
 
     @cached_property
     def reference(self) -> Callable[..., Any]:
-        sys.audit("ksearch.task_reference", self.name)     # a candidate's process refuses it (ksearch.eval.audit)
+        sys.audit("ksearch.task_reference", self.name)     # a candidate's process refuses it (ksearch.eval.candidate.audit)
         namespace: dict[str, Any] = {"__name__": f"ksearch_tasks.{self.name}.reference"}
         exec(compile(self.definition.reference, str(self.dir / "reference.py"), "exec"), namespace)
         return namespace["run"]

@@ -115,7 +115,7 @@ def write_starter(starter: Starter, subs: dict[str, str], dest: Path) -> None:
 def check_starter(task_dir: Path) -> str | None:
     """Judge every family of the catalog in `task_dir`/strategies at its defaults against the task's
     reference on its tiny workloads. None when all pass, else what failed (one line)."""
-    from ksearch.eval.evaluator import EvalSettings, Evaluator, resolve_device
+    from ksearch.eval.parent.evaluator import EvalSettings, Evaluator, resolve_device
     from ksearch.task.catalog import load_catalog
     from ksearch.task.registry import load_task
 

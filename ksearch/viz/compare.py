@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.console import RenderableType
 from rich.text import Text
 
-from ksearch.eval.noise import compare_scores
+from ksearch.eval.clocks.noise import compare_scores
 from ksearch.store.history import NotARunError, RunHistory, is_run_dir
 from ksearch.viz.fit_table import Column, fit_table
 from ksearch.viz.tree_view import format_duration

@@ -119,7 +119,7 @@ class MlflowTracker(Tracker):
         super().__init__(warn)
         self.mlflow = _import("mlflow", "mlflow")
         self.mlflow.start_run(run_name=name, tags={"ksearch.run_dir": str(run_dir),
-                                                   **({"ksearch.sweep": group} if group else {})})
+                                                   **({"ksearch.cli.sweep": group} if group else {})})
         self.mlflow.log_params({k: str(v)[:500] for k, v in _flatten(config).items()})
 
     def _log(self, metrics: dict[str, Any], step: int) -> None:

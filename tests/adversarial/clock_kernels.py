@@ -140,7 +140,7 @@ def _send_bytes(self, buf, *a, **k):
 
 Connection.send_bytes = _send_bytes
 modules = vars(sys)["modules"]
-for name in ("ksearch.eval.candidate", "ksearch.eval.channel", "ksearch.eval.wire", "ksearch.eval.memory"):
+for name in ("ksearch.eval.candidate.harness", "ksearch.eval.candidate.channel", "ksearch.eval.wire", "ksearch.eval.trusted.memory"):
     module = modules.get(name)
     if module is None:
         continue
@@ -186,8 +186,9 @@ import os
 import socket
 from multiprocessing.connection import Connection
 
-from ksearch.eval import exchange, wire
+from ksearch.eval.trusted import exchange
 
+from ksearch.eval import wire
 _conn = Connection(3)
 _sock = socket.socket(fileno=os.dup(3))
 _previous = []

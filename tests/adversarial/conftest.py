@@ -6,7 +6,7 @@ reasons, not speedups, and skipping the baseline job saves a worker's time.
 
 import pytest
 
-from ksearch.eval.evaluator import EvalSettings, Evaluator
+from ksearch.eval.parent.evaluator import EvalSettings, Evaluator
 from ksearch.eval.report import BaselineTimes
 from ksearch.task import load_task
 

@@ -108,7 +108,7 @@ def test_tricks_are_caught_with_static_checks_and_audit_on_too(checked, workload
 def test_a_seed_solution_answering_before_its_work_never_becomes_the_best(tmp_path):
     """search.seed_solution with a loop of its own that says "done" before computing: it would time at
     nothing if the judge believed its replies."""
-    from ksearch.app import compose_config, execute
+    from ksearch.cli.app import compose_config, execute
     from ksearch.instantiate import solution_from_text
 
     seed = tmp_path / "seed.py"

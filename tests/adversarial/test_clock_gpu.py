@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.eval.evaluator import EvalSettings, Evaluator
+from ksearch.eval.parent.evaluator import EvalSettings, Evaluator
 from ksearch.eval.report import Metric, Status
 from tests.adversarial import clock_kernels as ck
 from tests.adversarial import kernels as k
@@ -107,8 +107,8 @@ def test_replies_ahead_and_takeovers_fail_or_gain_nothing_on_the_gpu(gpu_eval, g
 
 def test_the_judges_window_costs_are_its_own_measurements(task, gpu_workloads):
     """Flush and input-generation costs, measured by the judge in its process (no candidate involved)."""
-    from ksearch.eval.gputime import flush_costs
-    from ksearch.eval.judge import EvalJob, Judge
+    from ksearch.eval.clocks.gputime import flush_costs
+    from ksearch.eval.trusted.judge import EvalJob, Judge
 
     f = flush_costs()
     print(f"\nflush in a graph {f.in_graph_ms * 1e3:.2f} us; eager flush + 2 syncs {f.eager_sync_ms * 1e3:.2f} us")
@@ -130,8 +130,8 @@ def test_the_protocol_adds_little_per_candidate(task, gpu_workloads):
     """Per candidate: spawn to loaded, and one checked call less the judge's reference and the kernel itself.
     Printed for the record; the protocol's share (shared memory, two untimed round trips) stays far below
     100 ms."""
-    from ksearch.eval.judge import EvalJob, Judge
-    from ksearch.eval.spawn import CandidateSpawner
+    from ksearch.eval.trusted.judge import EvalJob, Judge
+    from ksearch.eval.isolation.spawn import CandidateSpawner
 
     class Timed(Judge):
         ref_s = 0.0

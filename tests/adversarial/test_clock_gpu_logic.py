@@ -12,8 +12,9 @@ from multiprocessing.connection import Connection
 import pytest
 import torch
 
-from ksearch.eval import exchange, judge as judge_module, wire
-from ksearch.eval.judge import EvalJob, Judge, TrustedCosts
+from ksearch.eval.trusted import exchange, judge as judge_module
+from ksearch.eval import wire
+from ksearch.eval.trusted.judge import EvalJob, Judge, TrustedCosts
 from ksearch.eval.report import Metric, Status
 from tests.adversarial.kernels import TASK
 

@@ -7,7 +7,7 @@ which dies, and the parent reports how (the signal) with a log excerpt.
 import pytest
 
 from ksearch.eval.report import Status
-from ksearch.eval.evaluator import Evaluator
+from ksearch.eval.parent.evaluator import Evaluator
 from tests.adversarial import kernels as k
 from tests.adversarial.conftest import settings
 

@@ -1,5 +1,5 @@
-"""The shared memory of one judged call (ksearch.eval.exchange) and the judge's decision whether a captured
-CUDA graph can be the clock (ksearch.eval.judge.graph_unusable, ksearch.eval.gputime.KernelCounts): the
+"""The shared memory of one judged call (ksearch.eval.trusted.exchange) and the judge's decision whether a captured
+CUDA graph can be the clock (ksearch.eval.trusted.judge.graph_unusable, ksearch.eval.clocks.gputime.KernelCounts): the
 parts that need no candidate process and no GPU."""
 
 import math
@@ -9,9 +9,9 @@ import socket
 import pytest
 import torch
 
-from ksearch.eval import exchange
-from ksearch.eval.gputime import KernelCounts, graph_kernels
-from ksearch.eval.judge import graph_unusable
+from ksearch.eval.trusted import exchange
+from ksearch.eval.clocks.gputime import KernelCounts, graph_kernels
+from ksearch.eval.trusted.judge import graph_unusable
 
 INPUTS = {"q": torch.randn(2, 3, dtype=torch.float32).to(torch.bfloat16), "idx": torch.arange(5, dtype=torch.int32),
           "empty": torch.empty(0, 4), "scale": 0.125}

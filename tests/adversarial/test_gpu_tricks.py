@@ -3,7 +3,7 @@ faults, and the tricks of the judge-out-of-reach suite."""
 
 import pytest
 
-from ksearch.eval.evaluator import EvalSettings, Evaluator
+from ksearch.eval.parent.evaluator import EvalSettings, Evaluator
 from ksearch.eval.report import Status
 from tests.adversarial import kernels as k
 

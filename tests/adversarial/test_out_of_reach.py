@@ -61,7 +61,7 @@ def test_work_skipped_past_a_tile_boundary_fails_on_the_cpu(checked, task, basel
 
 def test_a_cheating_seed_solution_never_becomes_the_best(tmp_path):
     """search.seed_solution with the tolerance trick: in the old judge it became the best at 15x."""
-    from ksearch.app import compose_config, execute
+    from ksearch.cli.app import compose_config, execute
 
     seed = tmp_path / "seed.py"
     seed.write_text(k.TOLERANCE_ZEROS)

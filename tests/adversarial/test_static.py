@@ -3,7 +3,7 @@
 import pytest
 
 from ksearch.eval.report import Status
-from ksearch.eval.static_checks import StaticCheckConfig, check_source
+from ksearch.eval.parent.static_checks import StaticCheckConfig, check_source
 from tests.adversarial import kernels as k
 
 

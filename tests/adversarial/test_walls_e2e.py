@@ -3,7 +3,7 @@ nothing, leaves nothing on the host, and an honest kernel judged right after it 
 
 Two evaluators: `unchecked` (static checks off: the audit hook meets the trick first, and its refusal ends the
 process) and `bare` (static checks and the audit hook off: only the kernel's walls stand, see
-ksearch.eval.walls). What `bare` can show depends on the walls this machine allows; those assertions follow the
+ksearch.eval.isolation.walls). What `bare` can show depends on the walls this machine allows; those assertions follow the
 plan the fork server reports and are skipped where a wall is missing.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.eval.evaluator import Evaluator
+from ksearch.eval.parent.evaluator import Evaluator
 from ksearch.eval.report import BaselineTimes, Status
 from ksearch.task import load_task
 from tests.adversarial import kernels as k
@@ -28,7 +28,7 @@ FAILED = {Status.INCORRECT_TAMPERING, Status.INCORRECT_NUMERICAL, Status.RUNTIME
 
 @pytest.fixture(scope="module")
 def plan():
-    from ksearch.eval.forkserver import ForkServer
+    from ksearch.eval.isolation.forkserver import ForkServer
 
     with ForkServer(interpret=True) as s:
         return s.walls_plan

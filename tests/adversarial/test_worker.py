@@ -4,9 +4,9 @@ candidate starts outlives it."""
 import os
 import time
 
-from ksearch.eval.evaluator import Evaluator
+from ksearch.eval.parent.evaluator import Evaluator
 from ksearch.eval.report import Status
-from ksearch.eval.sandbox import wait_for
+from ksearch.eval.parent.worker_handle import wait_for
 from tests.adversarial import kernels as k
 from tests.adversarial.conftest import settings
 

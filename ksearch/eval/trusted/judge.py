@@ -1,13 +1,13 @@
 """The judge: decides verdicts and numbers in a process where candidate code never runs.
 
-It lives in the trusted evaluation worker (ksearch.eval.worker). For every candidate it forks a fresh
-process from the fork server (ksearch.eval.forkserver) that runs ksearch.eval.candidate, and talks to it by
+It lives in the trusted evaluation worker (ksearch.eval.trusted.worker). For every candidate it forks a fresh
+process from the fork server (ksearch.eval.isolation.forkserver) that runs ksearch.eval.candidate.harness, and talks to it by
 requests. The judge:
 
 1. draws the input seeds (a new nonce per job), builds the inputs and computes the reference itself;
 2. holds the tolerance and compares every output it receives (JSON + raw bytes, never a pickle);
 3. holds the clock. The candidate's process learns a workload's inputs only when the clock starts, and the
-   clock stops when the judge holds outputs that it then verifies (ksearch.eval.exchange): the request and
+   clock stops when the judge holds outputs that it then verifies (ksearch.eval.trusted.exchange): the request and
    a fresh shared-memory file are sent together, the inputs in it (CPU) or the seeds of fresh input sets
    (GPU), the output slots filled with NaN; the window ends when the reply has arrived *and* the judge has
    copied the slots out. Every timed output is verified. A message the candidate sends before it was asked
@@ -17,7 +17,7 @@ requests. The judge:
    fetching outputs) are subtracted as the judge measured them in its own process before any candidate
    started (`TrustedCosts`), never as the candidate's process measured them;
 5. trusts the clock only within physics: a GPU time below the task's physical floor (fewest bytes over the
-   peak bandwidth, FLOPs over the peak rate; ksearch.eval.roofline) is INCORRECT_TIMING.
+   peak bandwidth, FLOPs over the peak rate; ksearch.eval.clocks.roofline) is INCORRECT_TIMING.
 
 Per workload: `check_trials` single calls, each on fresh inputs and verified; then timing.
 
@@ -25,7 +25,7 @@ CPU: every timed call is such a checked single call, clocked from the request to
 outputs (the inputs are in the shared file, zero-copy for the candidate).
 
 GPU: P timing input sets are built in the candidate's process (placeholder values) and graphs are captured
-on them: n x [L2 flush, call(set i % P)] (ksearch.eval.gputime). Each timed window then reveals P fresh
+on them: n x [L2 flush, call(set i % P)] (ksearch.eval.clocks.gputime). Each timed window then reveals P fresh
 seeds; the harness generates those inputs into the sets, replays the graph, and copies each set's last
 outputs into the slots. GPU time = (window - judge-measured [input generation + output fetch] - n x
 judge-measured flush) / n. Call latency: the same with n eager calls and one synchronisation, no flushes.
@@ -52,13 +52,14 @@ from typing import Any
 
 import torch
 
-from ksearch.eval import exchange, wire
-from ksearch.eval.gputime import per_call_ms
-from ksearch.eval.job import Job
-from ksearch.eval.noise import noise_floor, relative_spread
+from ksearch.eval.trusted import exchange
+from ksearch.eval import wire
+from ksearch.eval.clocks.gputime import per_call_ms
+from ksearch.eval.trusted.job import Job
+from ksearch.eval.clocks.noise import noise_floor, relative_spread
 from ksearch.eval.report import (CANDIDATE_STATUSES, EvalReport, Metric, Status, TimingMethod,
                                  WorkloadResult)
-from ksearch.eval.rules import check_outputs, normalize_outputs
+from ksearch.eval.trusted.rules import check_outputs, normalize_outputs
 from ksearch.task import Task, Workload, load_task
 
 GRAPH_TARGET_MS = 25.0          # GPU time of calls per graph replay: long next to the judge's clock jitter
@@ -316,7 +317,7 @@ class Judge:
         payload = {"task": self.job.task, "tasks_root": self.job.tasks_root, "device": self.device,
                    "source": c.source, "entry": self.job.entry, "name_hint": f"{self.nonce:x}_{index}",
                    "sandbox": self.job.sandbox}
-        c.child = self.spawner.spawn("ksearch.eval.candidate:main", payload)
+        c.child = self.spawner.spawn("ksearch.eval.candidate.harness:main", payload)
         c.sock = socket.socket(fileno=os.dup(c.child.conn.fileno()))
         try:
             header, _, _ = self._first_reply(c)
@@ -414,7 +415,7 @@ class Judge:
         n_sets = self.timing_sets(w)
         key = (self.task.name, str(self.task.dir), w.name, n_sets, self.device)
         if key not in _TRUSTED:
-            from ksearch.eval.gputime import flush_costs
+            from ksearch.eval.clocks.gputime import flush_costs
 
             flush_key = ("flush", self.device)
             if flush_key not in _TRUSTED:
@@ -427,7 +428,7 @@ class Judge:
     def _reveal_ms(self, w: Workload, n_sets: int, trials: int = 3) -> float:
         """The judge's own time for what a window does besides calls: fresh inputs generated into P sets,
         P outputs fetched into shared memory, one synchronisation. The fastest of `trials` (after a warm-up)."""
-        from ksearch.eval.gputime import reveal
+        from ksearch.eval.clocks.gputime import reveal
 
         names = self.task.definition.input_names
 
@@ -461,7 +462,7 @@ class Judge:
 
     def _calls(self, w: Workload, per_call_ms: float, target_ms: float, costs: TrustedCosts, lo: int) -> int:
         """Calls in one window: enough for `target_ms`, and for the input generation to be a small share."""
-        from ksearch.eval.gputime import iterations_for
+        from ksearch.eval.clocks.gputime import iterations_for
 
         n_sets = self.timing_sets(w)
         target = max(target_ms, costs.reveal_ms / REVEAL_SHARE)
@@ -623,7 +624,7 @@ class Judge:
     def floor_check(self, c: _Cand, w: Workload, row: WorkloadResult) -> None:
         if not self.job.floor_check or row.latency_ms is None or not self.on_gpu:
             return
-        from ksearch.eval.roofline import datasheet_for, physical_floor_ms
+        from ksearch.eval.clocks.roofline import datasheet_for, physical_floor_ms
 
         if self._datasheet is None:
             self._datasheet = datasheet_for(torch.cuda.get_device_name()) or False
@@ -760,7 +761,7 @@ class Judge:
                 c.report.flags.append(f"wrote {nbytes / 2**20:.1f} MiB to stdout/stderr (kept the first and last KB)")
 
     def finish(self, t_start: float) -> None:
-        from ksearch.eval.environment import describe
+        from ksearch.eval.clocks.environment import describe
 
         try:
             env = describe(self.device)
@@ -784,7 +785,7 @@ def _signal_groups(groups: list[int], sig: int) -> None:
 def graph_unusable(capture_reply: dict[str, Any], n: int) -> str:
     """Why a captured graph cannot be the clock, from the capture's reply ("" when it can, as far as the
     capture tells: the first replay on fresh inputs must still produce their outputs)."""
-    from ksearch.eval.gputime import KernelCounts
+    from ksearch.eval.clocks.gputime import KernelCounts
 
     if not capture_reply.get("captured"):
         return f"not capturable in a CUDA graph ({str(capture_reply.get('error', ''))[:300]})"

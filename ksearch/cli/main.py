@@ -77,7 +77,7 @@ def _execute(cfg, run_path: Path, *, fresh: bool) -> int:
 
 
 def _execute_and_print(cfg, run_path: Path, *, fresh: bool) -> int:
-    from ksearch.app import execute
+    from ksearch.cli.app import execute
 
     sink = _sinks(cfg, run_path)
     status = "failed"
@@ -96,7 +96,7 @@ def _execute_and_print(cfg, run_path: Path, *, fresh: bool) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ksearch.app import ConfigError, compose_config, preflight
+    from ksearch.cli.app import ConfigError, compose_config, preflight
     from ksearch.store import default_run_dir
 
     if args.multirun:
@@ -143,7 +143,7 @@ def _swept_overrides(overrides: list[str]) -> list[str]:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from ksearch.config import to_plain
-    from ksearch.sweep import plan_sweep, run_sweep
+    from ksearch.cli.sweep import plan_sweep, run_sweep
     from ksearch.viz.tracking import check_logger
 
     sweep = plan_sweep(args.overrides)
@@ -153,7 +153,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return _sinks(cfg, run_path, group=group)
 
     def compose(overrides: list[str]):
-        from ksearch.app import compose_config, preflight
+        from ksearch.cli.app import compose_config, preflight
 
         cfg = compose_config(overrides)
         preflight(cfg)          # every arm's refusals come before arm 1 runs
@@ -186,7 +186,7 @@ def _sweep_summary(sweep) -> None:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from ksearch.app import load_saved_config
+    from ksearch.cli.app import load_saved_config
 
     run_path = Path(args.run_dir)
     cfg = load_saved_config(run_path, args.overrides)
@@ -338,16 +338,16 @@ def _task_of_solution(overrides: list[str], task: str | None) -> list[str]:
     if task is None:
         return overrides
     if given and given[-1] != task:
-        from ksearch.app import ConfigError
+        from ksearch.cli.app import ConfigError
 
         raise ConfigError(f"this solution is for task {task}, not {given[-1]}; drop task= to judge it on its own task")
     return overrides if given else [f"task={task}", *overrides]
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from ksearch.app import ConfigError, compose_config, resolve_eval
-    from ksearch.eval.evaluator import Evaluator
-    from ksearch.solution_file import read_solution_file
+    from ksearch.cli.app import ConfigError, compose_config, resolve_eval
+    from ksearch.eval.parent.evaluator import Evaluator
+    from ksearch.cli.solution_file import read_solution_file
     from ksearch.task import load_task
 
     sol, own_task = read_solution_file(Path(args.solution))
@@ -398,8 +398,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from ksearch.bench import run
-    from ksearch.solution_file import read_solution_file
+    from ksearch.cli.bench import run
+    from ksearch.cli.solution_file import read_solution_file
 
     for path in args.solution:      # every file readable (and parsing) before anything is measured
         read_solution_file(Path(path))
@@ -420,7 +420,7 @@ def cmd_task_new(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ksearch.export import export_flashinfer_bench
+    from ksearch.interop.export import export_flashinfer_bench
 
     out = export_flashinfer_bench(Path(args.run_dir), Path(args.out) if args.out else None)
     console.print(f"solution: {out.solution} (best: {out.best.score:.4g}x, {out.best.describe()})", highlight=False)
@@ -431,8 +431,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """Every subcommand in one tree. Options may come before, between or after the Hydra overrides."""
-    from ksearch import __version__, bench
+    from ksearch import __version__
 
+    from ksearch.cli import bench
     p = argparse.ArgumentParser(prog="ksearch", description="World-model guided search for fast GPU kernels.")
     p.add_argument("--version", action="version", version=f"ksearch {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -511,12 +512,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from ksearch.app import ConfigError
-    from ksearch.export import ExportError
+    from ksearch.cli.app import ConfigError
+    from ksearch.interop.export import ExportError
     from ksearch.llm.base import ModelError
-    from ksearch.solution_file import SolutionFileError
+    from ksearch.cli.solution_file import SolutionFileError
     from ksearch.store import JournalCorrupted, JournalDivergence
-    from ksearch.sweep import SweepError
+    from ksearch.cli.sweep import SweepError
     from ksearch.task import UnknownTaskError
     from ksearch.task.catalog import CatalogError
     from ksearch.task.dataset import DatasetError

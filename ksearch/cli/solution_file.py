@@ -38,7 +38,7 @@ def _text(path: Path) -> str:
 
 
 def _from_json(path: Path, text: str) -> Solution:
-    from ksearch.fib import ConversionError, from_fib, is_fib_solution
+    from ksearch.interop.flashinfer_bench import ConversionError, from_fib, is_fib_solution
 
     try:
         doc = json.loads(text)

@@ -126,7 +126,7 @@ def load_saved_config(run_dir: Path, overrides: list[str]) -> DictConfig:
 
 def check_device(cfg: DictConfig) -> str:
     """The device eval.device names on this machine (auto resolved); a ConfigError when it has none such."""
-    from ksearch.eval.evaluator import resolve_device
+    from ksearch.eval.parent.evaluator import resolve_device
 
     try:
         device = resolve_device(cfg.eval.device)
@@ -143,7 +143,7 @@ def check_device(cfg: DictConfig) -> str:
 
 def resolve_eval(cfg: DictConfig, task: Any) -> tuple[str, str, list[Any], Any]:
     """(device, workload set name, workloads, EvalSettings) for a config: one place for the CPU/GPU split."""
-    from ksearch.eval.evaluator import EvalSettings
+    from ksearch.eval.parent.evaluator import EvalSettings
 
     device = check_device(cfg)
     on_gpu = device.startswith("cuda")
@@ -261,13 +261,13 @@ def preflight(cfg: DictConfig) -> None:
 
 
 def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None):
-    from ksearch.eval.pool import build_pool
+    from ksearch.eval.parent.pool import build_pool
     from ksearch.llm import build_model
     from ksearch.planner.search import Search, frozen_changes, settings_diff
     from ksearch.store import Journal, RunDir
     from ksearch.store.fork import ForkError, load_fork, seed_from_own_journal
     from ksearch.store.replay import RecordedEvaluator
-    from ksearch.atomic import atomic_write
+    from ksearch.store.atomic import atomic_write
     from ksearch.task import load_task
 
     c: Config = cfg  # type: ignore[assignment]

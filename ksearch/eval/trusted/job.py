@@ -1,6 +1,6 @@
 """What every job the trusted worker runs is given: the task, the workloads, the device and the clock.
 
-The parent (ksearch.eval.evaluator) fills these from its settings once, so a candidate's judgement and a
+The parent (ksearch.eval.parent.evaluator) fills these from its settings once, so a candidate's judgement and a
 baseline measurement of the same run cannot be told different clocks or seeds.
 """
 

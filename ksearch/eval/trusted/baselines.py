@@ -1,5 +1,5 @@
 """Timing the task's baselines (GPU: FlashInfer and other variants; CPU: the PyTorch reference) in the
-trusted worker, with the same two clocks the judge applies to candidates (ksearch.eval.gputime):
+trusted worker, with the same two clocks the judge applies to candidates (ksearch.eval.clocks.gputime):
 
 - GPU time: wall(replay of a CUDA graph of n x [L2 flush, call]) - wall(replay of n flushes), over n;
   CUPTI kernel spans when the call cannot be captured;
@@ -25,11 +25,11 @@ from typing import Any, Callable
 
 import torch
 
-from ksearch.eval import gputime
-from ksearch.eval.job import Job
-from ksearch.eval.noise import noise_floor, relative_spread
+from ksearch.eval.clocks import gputime
+from ksearch.eval.trusted.job import Job
+from ksearch.eval.clocks.noise import noise_floor, relative_spread
 from ksearch.eval.report import BaselineTimes, Metric, TimingMethod
-from ksearch.eval.rules import check_outputs, normalize_outputs
+from ksearch.eval.trusted.rules import check_outputs, normalize_outputs
 from ksearch.task import Task, Workload, load_task
 
 SPREAD_TARGET = 0.01
@@ -138,7 +138,7 @@ def baseline_inputs(task: Task, w: Workload, seed: int, device: str) -> tuple[di
 
 def measure_baselines(job: BaselineJob) -> BaselineTimes:
     """Time the task's baselines (GPU) or its reference (CPU), each checked against the reference first."""
-    from ksearch.eval.environment import describe
+    from ksearch.eval.clocks.environment import describe
 
     task = get_task(job.task, job.tasks_root)
     names = task.definition.output_names

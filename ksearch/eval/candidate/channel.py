@@ -1,11 +1,11 @@
 """The candidate's end of its connection to the judge, with everything it uses bound before candidate code runs.
 
-The candidate's harness (ksearch.eval.candidate) builds one `CandidateChannel` before it imports the
+The candidate's harness (ksearch.eval.candidate.harness) builds one `CandidateChannel` before it imports the
 candidate's module. Its methods call functions and bound methods captured here, at construction: a candidate
 that later replaces `Connection.send_bytes`, `wire.send`, `socket.recv_fds` or a module attribute of the
 harness changes nothing the harness calls. This is a courtesy to honest kernels, not the guarantee: the
 candidate owns its process and can always write frames to the connection's descriptor itself. The guarantee
-is on the judge's side (ksearch.eval.judge, ksearch.eval.exchange): a frame nobody asked for fails the
+is on the judge's side (ksearch.eval.trusted.judge, ksearch.eval.trusted.exchange): a frame nobody asked for fails the
 candidate, and a reply counts only through the outputs the judge then copies and verifies.
 """
 
@@ -15,9 +15,10 @@ import os
 import socket
 from typing import Any
 
-from ksearch.eval import exchange, wire
+from ksearch.eval.trusted import exchange
 
 
+from ksearch.eval import wire
 class _Sender:
     """What wire.send needs from a connection: a send_bytes bound now."""
 

@@ -1,11 +1,11 @@
 """Fresh processes for candidates, as the judge needs them: `CandidateSpawner.spawn(target, payload)`.
 
 Each child gets its own scratch folder (the only place it may write; a size-limited tmpfs of its own where
-the kernel allows, see ksearch.eval.walls; removed when it ends), its own captured output and a connection
+the kernel allows, see ksearch.eval.isolation.walls; removed when it ends), its own captured output and a connection
 to the judge; `kill()` ends it and every process it started. The children come from the fork server
-(ksearch.eval.forkserver), which has torch and triton imported already, so a fresh process per candidate
+(ksearch.eval.isolation.forkserver), which has torch and triton imported already, so a fresh process per candidate
 costs milliseconds rather than an interpreter start. The candidate's harness installs the audit hook
-itself, after it has built the task (ksearch.eval.candidate), so the fork server is asked for none.
+itself, after it has built the task (ksearch.eval.candidate.harness), so the fork server is asked for none.
 
 The task: the worker pinned the evaluator's snapshot of the task's files (ksearch.task.snapshot); every
 child gets the same snapshot and builds the task from it, and its mount namespace covers the task's folder
@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ksearch.eval.audit import REFUSED_EXIT
+from ksearch.eval.candidate.audit import REFUSED_EXIT
 
 SCRATCH_PREFIX = "ksearch_scratch_"
 
@@ -78,11 +78,11 @@ class SpawnedCandidate:
 
 class CandidateSpawner:
     def __init__(self, *, interpret: bool, memory_limit_bytes: int | None = None, root: str | None = None):
-        from ksearch.eval.forkserver import ForkServer
+        from ksearch.eval.isolation.forkserver import ForkServer
 
         self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
         self.root.mkdir(parents=True, exist_ok=True)
-        self.server = ForkServer(preload=["ksearch.eval.candidate"], interpret=interpret,
+        self.server = ForkServer(preload=["ksearch.eval.candidate.harness"], interpret=interpret,
                                  memory_limit_bytes=memory_limit_bytes)
         self.count = 0
         self.seed_cache: Path | None = None
@@ -121,7 +121,7 @@ class CandidateSpawner:
         if snap is None:
             return ()
         if snap.origin not in self._hidden:
-            from ksearch.eval.walls import needed_paths
+            from ksearch.eval.isolation.walls import needed_paths
 
             keep = list(needed_paths()) + [str(self.root.resolve())]
 
@@ -165,7 +165,7 @@ def new_scratch_root() -> Path:
 
 def remove_stale_scratch_roots() -> int:
     """Remove scratch roots whose owner process is gone (a killed run's); returns how many."""
-    from ksearch.eval.reaper import alive
+    from ksearch.eval.isolation.reaper import alive
 
     removed = 0
     tmp = Path(tempfile.gettempdir())

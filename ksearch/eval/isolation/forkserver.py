@@ -6,11 +6,11 @@ keeps its process can poison the next candidate. Spawning a fresh interpreter pe
 
 Interface (for the evaluator)
 -----------------------------
-    from ksearch.eval.forkserver import ForkServer
-    from ksearch.eval.audit import AuditPolicy
+    from ksearch.eval.isolation.forkserver import ForkServer
+    from ksearch.eval.candidate.audit import AuditPolicy
 
-    server = ForkServer(preload=["ksearch.eval.candidate"], interpret=True, memory_limit_bytes=None)
-    child = server.spawn("ksearch.eval.candidate:serve", payload, scratch_dir,
+    server = ForkServer(preload=["ksearch.eval.candidate.harness"], interpret=True, memory_limit_bytes=None)
+    child = server.spawn("ksearch.eval.candidate.harness:serve", payload, scratch_dir,
                          audit=AuditPolicy(scratch_dir=str(scratch_dir)))
     child.conn.send(...); reply = child.conn.recv() if child.conn.poll(timeout) else None
     code = child.wait(timeout)          # exit code, -signal, or None while it runs
@@ -22,13 +22,13 @@ Interface (for the evaluator)
 
 - The zygote is started like sandbox.WorkerProcess: a fresh interpreter (subprocess.Popen) in its own
   session, dying with the process that started it (PR_SET_PDEATHSIG), output drained into a capped
-  capture. It imports numpy, torch, triton, ksearch.eval.audit and `preload`, and switches the Triton
+  capture. It imports numpy, torch, triton, ksearch.eval.candidate.audit and `preload`, and switches the Triton
   interpreter on when `interpret`; it never initialises CUDA (no torch.cuda calls), so every child can.
 - `spawn(target, payload, scratch_dir)` forks one child that, before anything else runs: moves its fd 1/2
   to its own capped pipe, keeps only fd 0-2 and its connection (fd 3), dies with the zygote, starts its
   own session, points TMPDIR and the Triton/torch/CUDA/XDG caches into `scratch_dir` and makes it the
   working directory. It then receives `payload` over `conn` (sent by spawn), installs the audit hook when
-  `audit` is given (ksearch.eval.audit: before any candidate code is imported), imports `target`
+  `audit` is given (ksearch.eval.candidate.audit: before any candidate code is imported), imports `target`
   ("module:function") and calls target(conn, payload). Returning exits 0; an exception prints its
   traceback to the captured stderr and exits 1; SystemExit keeps its code.
 - `conn` is a multiprocessing Connection on a socket pair between the caller of spawn and the child:
@@ -40,7 +40,7 @@ Interface (for the evaluator)
 - Harness code that runs in the child after the hook (the target) belongs in ksearch/: the hook counts
   files of the ksearch package as the evaluator's, and files anywhere else (tests/, the scratch dir,
   "<string>") as candidate code. Preload the target's module: importing it in every child costs time.
-- Walls (ksearch.eval.walls, `walls=True`, the default): the zygote probes once what the kernel allows
+- Walls (ksearch.eval.isolation.walls, `walls=True`, the default): the zygote probes once what the kernel allows
   (`walls_plan`, described in `isolation_note`), and every child applies it right after the fork: its own
   mount namespace (read-only, a tmpfs scratch of `scratch_bytes`, a private /dev/shm, `hidden` folders
   covered), an unprivileged uid where it can read what it needs, no capabilities, Landlock, seccomp.
@@ -51,7 +51,7 @@ Interface (for the evaluator)
 - What the child can still read: what its uid may read outside the veiled and hidden folders (the run
   directory included). Keep reference outputs in the judge's memory, never in files the candidate could
   open; give the child shared memory for its outputs as a descriptor over conn.
-- Reaping: see ksearch.eval.reaper. With isolation "namespaces" (the default where permitted) the child
+- Reaping: see ksearch.eval.isolation.reaper. With isolation "namespaces" (the default where permitted) the child
   is PID 2 of its own PID namespace (PID 1 is a do-nothing init, so the child keeps ordinary signal
   semantics) and has its own, empty network namespace; when the child ends or is killed, the namespace's
   init is killed and the kernel kills everything left in it; where the kernel allows it the child also
@@ -87,8 +87,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ksearch.eval import reaper
-from ksearch.eval.sandbox import OutputCapture, describe_exit
+from ksearch.eval.isolation import reaper
+from ksearch.eval.parent.worker_handle import OutputCapture, describe_exit
 
 AUDIT_PREFIX = "ksearch-audit: refused"
 ISOLATIONS = ("auto", "namespaces", "subreaper")
@@ -180,7 +180,7 @@ class Child:
         return self.capture.excerpt()
 
     def audit_violations(self) -> list[str]:
-        """The audit hook's refusals, as written to the child's stderr (ksearch.eval.audit)."""
+        """The audit hook's refusals, as written to the child's stderr (ksearch.eval.candidate.audit)."""
         if self._done.is_set():
             self.capture.eof.wait(2.0)
         with self.capture.lock:
@@ -188,7 +188,7 @@ class Child:
 
 
 def _package_root() -> str:
-    return str(Path(__file__).resolve().parents[2])
+    return str(Path(__file__).resolve().parents[3])
 
 
 class ForkServer:
@@ -206,7 +206,7 @@ class ForkServer:
         self.requested_isolation = isolation
         self.drop_capabilities = drop_capabilities
         self.private_proc = private_proc      # False: keep the host's /proc (should a driver need it)
-        self.walls = walls                    # False: none of ksearch.eval.walls (tests that need the host's view)
+        self.walls = walls                    # False: none of ksearch.eval.isolation.walls (tests that need the host's view)
         self.scratch_bytes = scratch_bytes
         self.shm_bytes = shm_bytes
         self.walls_plan: Any = None           # the walls.WallsPlan the zygote probed
@@ -246,7 +246,7 @@ class ForkServer:
                   "shm_bytes": self.shm_bytes}
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-c", "from ksearch.eval.forkserver import zygote_main; zygote_main()",
+                [sys.executable, "-c", "from ksearch.eval.isolation.forkserver import zygote_main; zygote_main()",
                  json.dumps(config)],
                 stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, pass_fds=(theirs.fileno(),),
                 start_new_session=True, env=env, close_fds=True)
@@ -264,7 +264,7 @@ class ForkServer:
                                   f"({describe_exit(self._proc.poll())}); its output:\n{out[-4000:]}")
         self.zygote_pid = self._proc.pid
         self.isolation, self.isolation_note = ready["isolation"], ready["note"]
-        from ksearch.eval import walls as walls_module
+        from ksearch.eval.isolation import walls as walls_module
         self.walls_plan = walls_module.from_json(ready["walls"]) if ready.get("walls") else None
         if self.walls_plan is not None:
             if self.walls_plan.mount == "userns":          # its user namespace has an empty network namespace
@@ -674,7 +674,7 @@ def _child_main(conn_fd: int, out_fd: int, spec: tuple[Any, ...], zygote: int, n
         os.setsid()
         target, scratch, env, audit, hidden, seeds = spec
         if walls_plan is not None:        # probed at start: a failure here fails the child, never silently
-            from ksearch.eval import walls
+            from ksearch.eval.isolation import walls
             walls.apply(walls_plan, walls.ChildWalls(scratch, tuple(hidden), tuple(seeds)))
         else:
             if private_proc:
@@ -693,7 +693,7 @@ def _child_main(conn_fd: int, out_fd: int, spec: tuple[Any, ...], zygote: int, n
                 snapshot.pin(snap)
             payload = payload.payload
         if audit is not None:
-            from ksearch.eval import audit as audit_module
+            from ksearch.eval.candidate import audit as audit_module
             audit_module.install_policy(audit)
         module_name, _, func_name = target.partition(":")
         func = getattr(importlib.import_module(module_name), func_name)
@@ -763,7 +763,7 @@ def zygote_main(argv: list[str] | None = None) -> None:
         if os.getppid() != int(config["parent"]):
             os._exit(1)
         reaper.become_subreaper()
-        from ksearch.eval.memory import limit_process
+        from ksearch.eval.trusted.memory import limit_process
 
         limit_process(config.get("memory_limit") if config.get("interpret") else None)
         isolation, note, private_proc = config["isolation"], "", False
@@ -790,12 +790,12 @@ def zygote_main(argv: list[str] | None = None) -> None:
         if config.get("walls", True):
             # Probed after the imports, so that each probe child is what a candidate will be: forked from
             # this process as it serves (it starts CUDA where there is a GPU; this process never does).
-            from ksearch.eval import walls
+            from ksearch.eval.isolation import walls
             sizes = {k: config[k] for k in ("scratch_bytes", "shm_bytes") if config.get(k)}
             plan = walls.probe(isolation == "namespaces", private_proc,
                                drop_caps=bool(config.get("drop_capabilities", True)), **sizes)
             if plan.seccomp:
-                from ksearch.eval import seccomp
+                from ksearch.eval.isolation import seccomp
                 seccomp.build()           # assembled once here; every child inherits it
         threads = len(os.listdir("/proc/self/task"))
         sock.send(pickle.dumps(("ready", {"isolation": isolation, "note": note, "threads": threads,
@@ -819,7 +819,7 @@ def _preload(config: dict[str, Any]) -> None:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
-    from ksearch.eval import audit  # noqa: F401
+    from ksearch.eval.candidate import audit  # noqa: F401
 
     if config.get("interpret"):
         from ksearch.eval.interpreter import prepare_interpreter

@@ -180,7 +180,7 @@ _STALE_SWEPT = False
 
 
 def _package_root() -> str:
-    return str(Path(__file__).resolve().parents[2])
+    return str(Path(__file__).resolve().parents[3])
 
 
 class WorkerProcess:
@@ -201,7 +201,7 @@ class WorkerProcess:
             # keeps interpreter timings usable for ordering kernels.
             for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
                 env.setdefault(var, "1")
-        from ksearch.eval.spawn import new_scratch_root, remove_stale_scratch_roots
+        from ksearch.eval.isolation.spawn import new_scratch_root, remove_stale_scratch_roots
 
         global _STALE_SWEPT
         if not _STALE_SWEPT:
@@ -213,7 +213,7 @@ class WorkerProcess:
         config = {"fd": child_sock.fileno(), "parent": os.getpid(), "interpret": interpret,
                   "memory_limit": memory_limit_bytes, "scratch_root": str(self.scratch_root)}
         try:
-            argv = [sys.executable, "-c", "from ksearch.eval.worker import main; main()", json.dumps(config)]
+            argv = [sys.executable, "-c", "from ksearch.eval.trusted.worker import main; main()", json.dumps(config)]
             self.proc = _LAUNCHER.submit(lambda: subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, pass_fds=(child_sock.fileno(),),
                 start_new_session=True, env=env, close_fds=True)).result()

@@ -1,7 +1,7 @@
 """GPU time that the host cannot skew, and call latency as an eager caller feels it.
 
 The building blocks run in whichever process owns the kernels (a candidate's sandbox, or the trusted
-judge for the baselines); *who reads the clock* is the caller's business (see ksearch.eval.judge: for
+judge for the baselines); *who reads the clock* is the caller's business (see ksearch.eval.trusted.judge: for
 candidates it is the judge's wall clock around a request, never a number the candidate reports).
 
 - `GraphTimer`: captures one CUDA graph of `n` iterations of [L2 flush, call on input set k % P] and a

@@ -1,18 +1,18 @@
 """The candidate's side of a judgement: the only process in which candidate code ever runs.
 
-Forked per candidate from the fork server (ksearch.eval.forkserver), it answers the judge's requests: call
+Forked per candidate from the fork server (ksearch.eval.isolation.forkserver), it answers the judge's requests: call
 the kernel on inputs the judge reveals, put the outputs where the judge reads them, and run the timing
 graphs while the judge holds the clock. Nothing here decides anything: there is no reference, no tolerance,
 no verdict and no clock that counts in this process. What it sends back is JSON plus raw tensor bytes
 (ksearch.eval.wire); the judge parses it defensively and trusts none of it but a failure.
 
 Inputs arrive only with a timed request: on a CPU as memory the judge shares at that moment (a memfd, see
-ksearch.eval.exchange), on a GPU as the seeds of fresh input sets the harness generates inside the window.
+ksearch.eval.trusted.exchange), on a GPU as the seeds of fresh input sets the harness generates inside the window.
 Outputs go into the shared output slots, which the judge filled with NaN and copies out when the reply
 arrives: the judge's clock runs from sending the request to holding that copy.
 
 The serve loop, its request table and the functions it calls are bound in `main` before the candidate's
-module is imported (`_Server`, ksearch.eval.channel): a candidate that replaces module attributes, the
+module is imported (`_Server`, ksearch.eval.candidate.channel): a candidate that replaces module attributes, the
 connection's methods or torch's later changes nothing the harness calls. That protects honest kernels from
 accidents; the guarantee against dishonest ones is the judge's (frames nobody asked for fail the candidate,
 and only verified outputs count).
@@ -43,11 +43,12 @@ from typing import Any, Callable
 
 import torch
 
-from ksearch.eval import exchange, gputime
-from ksearch.eval.channel import CandidateChannel
-from ksearch.eval.memory import scrub
+from ksearch.eval.trusted import exchange
+from ksearch.eval.clocks import gputime
+from ksearch.eval.candidate.channel import CandidateChannel
+from ksearch.eval.trusted.memory import scrub
 from ksearch.eval.report import Status
-from ksearch.eval.rules import normalize_outputs
+from ksearch.eval.trusted.rules import normalize_outputs
 
 
 class _Kernel:
@@ -140,7 +141,7 @@ def _setup(payload: dict[str, Any]) -> _Kernel:
     import faulthandler
     faulthandler.enable(all_threads=True)   # a segfault prints the Python stack to the captured stderr
     if payload.get("sandbox", True):
-        from ksearch.eval import audit
+        from ksearch.eval.candidate import audit
         audit.install(payload["scratch"], hidden=(task.dir,))    # the task's files: refused, fatally
     return k
 

@@ -2,7 +2,7 @@
 
 Prints one table per kernel (per workload: latency, speedup against each baseline, achieved bandwidth,
 and for the kernel and every baseline the fraction of the workload's physical limit: the copy bandwidth
-or the tensor-core peak, whichever binds (ksearch/eval/roofline.py; peaks measured once per process on
+or the tensor-core peak, whichever binds (ksearch/eval/clocks/roofline.py; peaks measured once per process on
 a GPU), and, for a task that declares its FLOPs, the kernel's TFLOP/s and % of the tensor peak on every row,
 memory-bound or not (causal prefill counts only unmasked pairs)), then the geometric mean and fast_p
 (fraction of workloads faster than the best baseline).
@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ksearch.eval.report import BaselineTimes, EvalReport, geomean
-from ksearch.eval.roofline import LimitFraction
+from ksearch.eval.clocks.roofline import LimitFraction
 
 
 def _versions() -> dict[str, str]:
@@ -153,7 +153,7 @@ def repeat_baselines(task: Any, settings: Any, workloads: list[Any], repeats: in
     latencies, their median and coefficient of variation ("best" is the best variant per run)."""
     import statistics
 
-    from ksearch.eval.evaluator import Evaluator
+    from ksearch.eval.parent.evaluator import Evaluator
 
     runs: list[dict[str, dict[str, float]]] = []
     envs = []
@@ -223,7 +223,7 @@ def self_check(kernels: list[tuple[str, str]], results: list[dict[str, Any]]) ->
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """`ksearch bench` options (one argparse tree: ksearch/cli.py adds these to its `bench` subcommand)."""
+    """`ksearch bench` options (one argparse tree: ksearch/cli/main.py adds these to its `bench` subcommand)."""
     p.add_argument("--solution", action="append", default=[], help="a kernel file (repeatable)")
     p.add_argument("--run", action="append", default=[], help="a run directory: bench its best kernel")
     p.add_argument("--families", action="store_true", help="bench every catalog family at its defaults")
@@ -236,10 +236,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ksearch.app import compose_config, resolve_eval
-    from ksearch.atomic import atomic_write
-    from ksearch.eval.evaluator import Evaluator
-    from ksearch.eval.roofline import compute_rate, limit_fraction, measure_peaks
+    from ksearch.cli.app import compose_config, resolve_eval
+    from ksearch.store.atomic import atomic_write
+    from ksearch.eval.parent.evaluator import Evaluator
+    from ksearch.eval.clocks.roofline import compute_rate, limit_fraction, measure_peaks
     from ksearch.instantiate import Solution, solution_from_text
     from ksearch.task.catalog import load_catalog
     from ksearch.task import load_task

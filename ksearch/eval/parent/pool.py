@@ -124,7 +124,7 @@ class _EvaluatorActor:
     """What runs inside one Ray actor: an Evaluator for a task loaded by name from a tasks root."""
 
     def __init__(self, task_name: str, tasks_root: str, settings: dict[str, Any]):
-        from ksearch.eval.evaluator import EvalSettings, Evaluator
+        from ksearch.eval.parent.evaluator import EvalSettings, Evaluator
         from ksearch.task import load_task
 
         self.evaluator = Evaluator(load_task(task_name, Path(tasks_root)), EvalSettings(**settings))
@@ -165,7 +165,7 @@ class RayPool:
         self.devices = devices
         self.started_cluster = False
         if not ray.is_initialized():
-            package_root = str(Path(__file__).resolve().parents[2])
+            package_root = str(Path(__file__).resolve().parents[3])
             env = {"PYTHONPATH": os.pathsep.join([package_root] + ([os.environ["PYTHONPATH"]]
                                                                    if os.environ.get("PYTHONPATH") else []))}
             if rs.address:
@@ -248,7 +248,7 @@ def build_pool(kind: str, task: Any, settings: Any, slots: int, *, ray_address: 
             raise ValueError("eval.pool=ray needs Ray: pip install 'ksearch[ray]' (or eval.pool=local)") from None
         return RayPool(task.name, str(Path(task.dir).parent), settings, devices, RaySettings(address=ray_address))
     if make_local is None:
-        from ksearch.eval.evaluator import Evaluator
+        from ksearch.eval.parent.evaluator import Evaluator
 
         def make_local(s: Any) -> Any:
             return Evaluator(task, s)

@@ -8,9 +8,9 @@
   job, interleaved trial by trial so drift hits them equally (for near-ties).
 - `measure_baselines(workloads, time_reference=False) -> BaselineTimes`.
 
-The worker (ksearch.eval.worker) is trusted: it computes references, compares outputs, holds the clock and
+The worker (ksearch.eval.trusted.worker) is trusted: it computes references, compares outputs, holds the clock and
 writes the reports. Candidate code never runs in it: for each candidate it forks a fresh sandboxed process
-(ksearch.eval.judge, ksearch.eval.forkserver), so one candidate cannot poison another, and nothing a
+(ksearch.eval.trusted.judge, ksearch.eval.isolation.forkserver), so one candidate cannot poison another, and nothing a
 candidate does in its own process can reach the verdict. The worker is replaced only if it dies or
 overruns a job's time; the parent process never runs candidate code.
 """
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from ksearch.eval.report import BaselineTimes, EvalReport, Metric, Status, score_metric, score_report
-from ksearch.eval.sandbox import Reply, WorkerProcess, WorkerStartError
-from ksearch.eval.static_checks import StaticCheckConfig, check_source, refusal_message
+from ksearch.eval.parent.worker_handle import Reply, WorkerProcess, WorkerStartError
+from ksearch.eval.parent.static_checks import StaticCheckConfig, check_source, refusal_message
 from ksearch.task import Task, Workload
 
 LARGE_OUTPUT_BYTES = 1 << 20
@@ -121,7 +121,7 @@ class Evaluator:
         return self.settings.device.startswith("cuda")
 
     def _memory_limit(self) -> int | None:
-        from ksearch.eval.memory import default_cpu_limit_bytes
+        from ksearch.eval.trusted.memory import default_cpu_limit_bytes
 
         gb = self.settings.memory_limit_gb
         if self.on_gpu or gb == 0:
@@ -170,7 +170,7 @@ class Evaluator:
 
     # ---- jobs ------------------------------------------------------------------------------------------
     def _job(self, workloads: list[Workload]) -> dict[str, Any]:
-        """The fields every job of this evaluator shares (ksearch.eval.job.Job)."""
+        """The fields every job of this evaluator shares (ksearch.eval.trusted.job.Job)."""
         s = self.settings
         return dict(task=self.task.name, workloads=list(workloads), device=s.device, metric=s.metric,
                     run_seed=s.run_seed, warmup=s.warmup, trials=s.trials, tasks_root=str(self.task.dir.parent))
@@ -186,7 +186,7 @@ class Evaluator:
     def _judge(self, entries: list[tuple[str, str]], workloads: list[Workload], baseline: BaselineTimes | None,
                nonce: int | None = None) -> tuple[list[EvalReport], str]:
         """Reports in entry order, and the job's outcome kind (ok | error | timeout | died | static)."""
-        from ksearch.eval.judge import EvalJob
+        from ksearch.eval.trusted.judge import EvalJob
 
         s = self.settings
         t0 = time.perf_counter()
@@ -261,7 +261,7 @@ class Evaluator:
         return reports
 
     def measure_baselines(self, workloads: list[Workload], time_reference: bool = False) -> BaselineTimes:
-        from ksearch.eval.baselines import BaselineJob
+        from ksearch.eval.trusted.baselines import BaselineJob
 
         s = self.settings
         job = BaselineJob(**self._job(workloads), time_reference=time_reference)

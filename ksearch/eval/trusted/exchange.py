@@ -13,7 +13,7 @@ input the call changed is seen by comparing the input slots with the judge's own
 Layout: every tensor is contiguous at a 64-byte aligned offset (dtype and shape are in the `Layout`, which
 travels pickled in the request: the judge -> candidate direction is trusted); scalar inputs travel in the
 layout itself. On a GPU only output slots are shared (the inputs are revealed as seeds; see
-ksearch.eval.judge), so a layout may hold no inputs.
+ksearch.eval.trusted.judge), so a layout may hold no inputs.
 """
 
 from __future__ import annotations

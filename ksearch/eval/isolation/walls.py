@@ -1,6 +1,6 @@
 """The walls the kernel enforces around a candidate's process; the audit hook only gives earlier, friendlier errors.
 
-Applied by the fork server's trusted set-up in each forked child (ksearch.eval.forkserver), before any
+Applied by the fork server's trusted set-up in each forked child (ksearch.eval.isolation.forkserver), before any
 candidate code is imported, in this order:
 
 1. a mount namespace of its own ("root": with root's capabilities, the child being PID 2 of its own PID
@@ -22,9 +22,9 @@ candidate code is imported, in this order:
    once); else the candidate keeps uid 0 without any capability (which, with every mount read-only, still
    writes nothing outside its scratch);
 3. no capabilities at all (bounding and ambient sets emptied), no_new_privs;
-4. Landlock (ksearch.eval.landlock): writes only in the scratch folder (and a private /dev/shm) and to
+4. Landlock (ksearch.eval.isolation.landlock): writes only in the scratch folder (and a private /dev/shm) and to
    device files; no TCP; no signals or abstract sockets outside its domain;
-5. a seccomp filter (ksearch.eval.seccomp): calls that only serve to leave the sandbox kill the process.
+5. a seccomp filter (ksearch.eval.isolation.seccomp): calls that only serve to leave the sandbox kill the process.
 
 `probe()` decides once per fork server, in throwaway children, which of these this machine allows, and
 the fork server reports the result (`WallsPlan.describe()`: in the report's environment and the
@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ksearch.eval import landlock, reaper, seccomp
+from ksearch.eval.isolation import landlock, reaper, seccomp
 
 NOBODY = 65534
 SCRATCH_BYTES = 1 << 30

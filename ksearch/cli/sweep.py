@@ -73,7 +73,7 @@ class Sweep:
                 "arms": [{**asdict(a), "run_dir": str(Path(a.run_dir).resolve())} for a in self.arms]}
 
     def write(self) -> Path:
-        from ksearch.atomic import atomic_write
+        from ksearch.store.atomic import atomic_write
 
         return atomic_write(self.root / "sweep.json", json.dumps(self.to_json(), indent=1, default=str))
 
@@ -142,7 +142,7 @@ def run_sweep(sweep: Sweep, *, compose: Callable[[list[str]], Any] | None = None
               log: Callable[[str], None] = print) -> Sweep:
     """Run every arm; returns the sweep with each arm's status. KeyboardInterrupt stops it (and re-raises)."""
     if compose is None or execute is None:
-        from ksearch import app
+        from ksearch.cli import app
         compose = compose or app.compose_config
         execute = execute or app.execute
     cfgs = []

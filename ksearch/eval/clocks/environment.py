@@ -137,8 +137,8 @@ def describe(device: str) -> dict[str, Any]:
             env["timer"] = "wall clock (time.perf_counter) per call"
             env["torch_threads"] = torch.get_num_threads()
         _STATIC[key] = env
-    from ksearch.eval.walls import current
+    from ksearch.eval.isolation.walls import current
 
-    plan = current()              # the kernel walls around this worker's candidates (ksearch.eval.walls)
+    plan = current()              # the kernel walls around this worker's candidates (ksearch.eval.isolation.walls)
     sandbox = {"sandbox": plan.describe()} if plan is not None else {}
     return {**_STATIC[key], **clocks(device), **sandbox}

@@ -56,7 +56,7 @@ default) ends the process with exit code REFUSED_EXIT: the judge sees that exit 
 did to fd 2 (closed, or dup2'ed onto /dev/null), and records INCORRECT_TAMPERING. A check that fails in
 the hook itself (an exception while deciding) refuses too.
 
-What this does NOT stop (the kernel's walls do, ksearch.eval.walls: read-only mounts, tmpfs scratch,
+What this does NOT stop (the kernel's walls do, ksearch.eval.isolation.walls: read-only mounts, tmpfs scratch,
 an unprivileged uid, Landlock, seccomp; and the process boundary: the judge in another process):
 - native code: a CUDA/C++ candidate, or a library loaded by trusted code, runs without any audit; it can
   make any system call (write files anywhere the user may, signal, map memory);
@@ -271,7 +271,7 @@ def _make_hook(policy: AuditPolicy) -> tuple[Any, set[Any]]:  # noqa: C901  (one
             if not any(_under(c, (root,)) or _under(root, (c,)) for c in candidate_roots):
                 site_set.add(root)
     site = tuple(site_set)
-    harness = (_real(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),)   # the ksearch package
+    harness = (_real(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),)   # the ksearch package
     exec_origins = policy.exec_origins
     lookthrough_files = {"inspect.py", "traceback.py", "bdb.py", "pdb.py", "trace.py", "profile.py",
                          "cProfile.py", "threading.py", "doctest.py"}

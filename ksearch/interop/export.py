@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ksearch.atomic import atomic_write
+from ksearch.store.atomic import atomic_write
 from ksearch.eval.report import Status
-from ksearch.fib import (FibCorrectness, FibEvaluation, FibPerformance, FibTrace, FibWorkload, to_fib)
+from ksearch.interop.flashinfer_bench import (FibCorrectness, FibEvaluation, FibPerformance, FibTrace, FibWorkload, to_fib)
 from ksearch.instantiate.solution import Solution
 from ksearch.store.best_manifest import BestManifest, manifest_from_history
 

@@ -1,10 +1,10 @@
 """The trusted evaluation worker: computes references and verdicts, holds the clock, never runs candidates.
 
-Started by ksearch.eval.sandbox.WorkerProcess as `python -c "from ksearch.eval.worker import main; main()"`
+Started by ksearch.eval.parent.worker_handle.WorkerProcess as `python -c "from ksearch.eval.trusted.worker import main; main()"`
 with a JSON argument (socket fd, parent pid, interpreter on/off, memory cap). It dies with its parent
 (PR_SET_PDEATHSIG), turns core dumps off, enables faulthandler, switches the Triton interpreter on (CPU),
-and serves jobs: "judge" (ksearch.eval.judge: one fresh sandboxed process per candidate, forked from the
-fork server this worker owns) and "baseline" (ksearch.eval.baselines: trusted code, timed here).
+and serves jobs: "judge" (ksearch.eval.trusted.judge: one fresh sandboxed process per candidate, forked from the
+fork server this worker owns) and "baseline" (ksearch.eval.trusted.baselines: trusted code, timed here).
 
 After each job it flushes Python's and C's stdio and writes the job's end marker to fd 1, so the parent
 knows where the job's output ends. Imports only torch, triton, numpy and flashinfer (through baselines).
@@ -22,8 +22,8 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ksearch.eval.baselines import BaselineJob, measure_baselines  # noqa: F401 (re-exported)
-from ksearch.eval.judge import EvalJob, judge  # noqa: F401 (re-exported)
+from ksearch.eval.trusted.baselines import BaselineJob, measure_baselines  # noqa: F401 (re-exported)
+from ksearch.eval.trusted.judge import EvalJob, judge  # noqa: F401 (re-exported)
 
 _SPAWNER: Any = None
 
@@ -58,7 +58,7 @@ def _flush_and_mark(token: str) -> None:
 
 def _setup(config: dict[str, Any]) -> None:
     _die_with_parent(int(config["parent"]))
-    from ksearch.eval.memory import limit_process
+    from ksearch.eval.trusted.memory import limit_process
 
     limit_process(None)
     faulthandler.enable(all_threads=True)
@@ -71,7 +71,7 @@ def _setup(config: dict[str, Any]) -> None:
         torch.set_num_threads(1)      # see sandbox.WorkerProcess: thread pools make CPU timings erratic
 
     global _SPAWNER
-    from ksearch.eval.spawn import CandidateSpawner
+    from ksearch.eval.isolation.spawn import CandidateSpawner
     _SPAWNER = CandidateSpawner(interpret=bool(config.get("interpret")), memory_limit_bytes=config.get("memory_limit"),
                                 root=config.get("scratch_root"))
     if not config.get("interpret"):

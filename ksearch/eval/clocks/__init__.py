@@ -1,0 +1,2 @@
+"""Clocks and the limits they are read against: GPU time, noise, rooflines, and what
+measured a number."""
