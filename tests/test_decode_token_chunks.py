@@ -144,23 +144,29 @@ def test_tiny_workloads(task):
 class _FakeCompiled:
     """Stands in for Triton's compiled kernel: `compiled[grid](*args)` records the direct launch."""
 
-    def __init__(self, log):
-        self.log = log
+    def __init__(self, log, arg_names):
+        self.log, self.arg_names = log, arg_names
 
     def __getitem__(self, grid):
-        return lambda *args: self.log.append(("direct", grid, len(args)))
+        def direct(*args):
+            # A compiled kernel takes every parameter positionally, compile-time ones included.
+            assert len(args) == len(self.arg_names)
+            self.log.append(("direct", grid, len(args)))
+        return direct
 
 
 class _FakeKernel:
     """Stands in for a @triton.jit kernel on a GPU: `kernel[grid](...)` returns a compiled kernel."""
 
-    def __init__(self, log):
-        self.log = log
+    def __init__(self, log, arg_names):
+        self.log, self.arg_names = log, arg_names
 
     def __getitem__(self, grid):
-        def launch(*args, **kw):
-            self.log.append(("jit", grid, len(args) + len(kw) - 2))
-            return _FakeCompiled(self.log)
+        def launch(*args, num_warps, num_stages, **consts):
+            # Runtime arguments by position, compile-time ones by name, in the kernel's parameter order.
+            assert list(self.arg_names) == list(self.arg_names[:len(args)]) + list(consts)
+            self.log.append(("jit", grid, len(args) + len(consts)))
+            return _FakeCompiled(self.log, self.arg_names)
         return launch
 
 
@@ -170,8 +176,8 @@ def test_host_path_is_two_launches_and_two_allocations(task, cached, monkeypatch
     run = _module(task, {"CACHED_LAUNCH": cached}, 132)
     g = run.__globals__
     log = []
-    monkeypatch.setitem(g, "_chunk_kernel", _FakeKernel(log))
-    monkeypatch.setitem(g, "_merge_kernel", _FakeKernel(log))
+    for kernel in ("_chunk_kernel", "_merge_kernel"):
+        monkeypatch.setitem(g, kernel, _FakeKernel(log, g[kernel].arg_names))
     inputs = _inputs(task, [40, 0, 300, 5])
     run(**inputs)                                   # first call of the shape: plan, scratch, JIT
     assert [e[0] for e in log] == ["jit", "jit"]
@@ -208,10 +214,10 @@ def test_direct_launch_refused_falls_back_to_the_jit(monkeypatch):
 
     class Kernel(_FakeKernel):
         def __getitem__(self, grid):
-            return lambda *a, **k: log.append("jit") or Refusing(log)
+            return lambda *a, **k: log.append("jit") or Refusing(log, self.arg_names)
 
-    monkeypatch.setitem(g, "_chunk_kernel", Kernel(log))
-    monkeypatch.setitem(g, "_merge_kernel", Kernel(log))
+    for kernel in ("_chunk_kernel", "_merge_kernel"):
+        monkeypatch.setitem(g, kernel, Kernel(log, g[kernel].arg_names))
     monkeypatch.setitem(g, "_DIRECT", [True])
     inputs = _inputs(GQA, [40, 5])
     for _ in range(3):
