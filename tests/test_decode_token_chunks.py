@@ -295,3 +295,31 @@ def test_kernels_compile_for_sm90a():
     assert len(kernels) == 2 * len(jobs)
     for k in kernels:
         assert k["shared"] <= 232448, k
+
+
+# ----------------------------------------------------------------------------- GPU
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("task", [GQA, MLA])
+def test_one_captured_graph_serves_any_lengths_with_the_same_shapes(task):
+    """The partition is computed on the device: a CUDA graph captured on one ragged batch replays correctly
+    after kv_indptr and kv_indices are rewritten in place for other lengths (same batch, same total),
+    and repeated eager calls (the direct launch path) stay correct."""
+    run = load_entry_point(_catalogs[task].render(FAMILY, {}), name_hint=f"tc_gpu_{task[:3]}")
+    lens_a = [5000, 3, 0, 120, 77, 800, 1]
+    lens_b = [1, 800, 77, 120, 0, 3, 5000]
+    inputs = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in _inputs(task, lens_a).items()}
+    other = _inputs(task, lens_b, seed=2)
+    for _ in range(3):
+        res = _check(task, run(**inputs), inputs)
+        assert res.passed, res.message
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = run(**inputs)
+    for name in ("kv_indptr", "kv_indices"):
+        inputs[name].copy_(other[name])
+    graph.replay()
+    torch.cuda.synchronize()
+    res = _check(task, got, inputs)
+    assert res.passed, f"after new lengths: {res.status} {res.message}"
