@@ -63,15 +63,17 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         {"PROGRAMS_PER_SM": 4, "MIN_CHUNK": 32, "BLOCK_N": 32},
         {"PROGRAMS_PER_SM": 1, "BLOCK_N": 128, "NUM_WARPS": 8},
         {"PROGRAMS_PER_SM": 4, "NUM_STAGES": 3}, {"PROGRAMS_PER_SM": 8, "MIN_CHUNK": 32, "BLOCK_N": 32},
+        {"MERGE": "last_program"}, {"MERGE": "last_program", "PROGRAMS_PER_SM": 4, "MIN_CHUNK": 32, "BLOCK_N": 32},
         {"CACHED_LAUNCH": False},
     ],
     MLA: [
         {}, {"PROGRAMS_PER_SM": 1}, {"PROGRAMS_PER_SM": 4}, {"BLOCK_N": 16}, {"BLOCK_N": 64},
         {"BLOCK_N": 64, "NUM_WARPS": 8}, {"NUM_WARPS": 8}, {"VALUE_SPLIT": 2}, {"VALUE_SPLIT": 2, "NUM_WARPS": 8},
         {"VALUE_SPLIT": 4}, {"VALUE_SPLIT": 2, "PROGRAMS_PER_SM": 1}, {"NUM_STAGES": 1}, {"NUM_STAGES": 3},
-        {"MIN_CHUNK": 32}, {"MIN_CHUNK": 128}, {"MIN_CHUNK": 256}, {"MERGE_HEADS": 2}, {"MERGE_HEADS": 16},
+        {"MIN_CHUNK": 32}, {"MIN_CHUNK": 128}, {"MIN_CHUNK": 256}, {"MERGE_HEADS": 16},
         {"PROGRAMS_PER_SM": 4, "MIN_CHUNK": 32, "BLOCK_N": 16},
-        {"VALUE_SPLIT": 2, "NUM_WARPS": 8, "BLOCK_N": 64}, {"CACHED_LAUNCH": False},
+        {"VALUE_SPLIT": 2, "NUM_WARPS": 8, "BLOCK_N": 64}, {"MERGE": "last_program"},
+        {"MERGE": "last_program", "VALUE_SPLIT": 2, "NUM_WARPS": 8}, {"CACHED_LAUNCH": False},
     ],
 }
 #: The catalog's other families at their defaults. The fused_* ones publish a host-side tag per call, so a

@@ -3,9 +3,11 @@
 Under the Triton interpreter, against each task's reference (every element within 1e-2 abs or rel):
 ragged batches where one sequence holds most tokens, empty sequences, batch 1, an all-empty batch, a
 batch longer than one kv_indptr scan block, and chunks that straddle sequence boundaries (a small SM
-count makes chunks of a few dozen tokens). Then the host path: after the first call of a shape, a call
-allocates only its two outputs and launches the cached compiled kernels directly; and every kernel
-compiles for sm_90a (ptxas, no GPU) within an H200 block's shared memory.
+count makes chunks of a few dozen tokens), also with the grid's programs run in shuffled order (the merge
+by the last program of a sequence must not depend on which one that is). Then the host path: after the
+first call of a shape, a call allocates only its two outputs and launches the cached compiled kernels
+directly (two launches, or one when the last program merges); and every kernel compiles for sm_90a
+(ptxas, no GPU) within an H200 block's shared memory.
 """
 
 from ksearch.eval.interpreter import prepare_interpreter
@@ -33,10 +35,10 @@ _tasks = {name: load_task(name) for name in (GQA, MLA)}
 _catalogs = {name: load_catalog(t.strategies_dir, name) for name, t in _tasks.items()}
 
 KNOBS = {
-    GQA: [{}, {"BLOCK_N": 16, "MIN_CHUNK": 16, "PROGRAMS_PER_SM": 8, "NUM_WARPS": 2},
+    GQA: [{}, {"BLOCK_N": 16, "MIN_CHUNK": 16, "PROGRAMS_PER_SM": 8, "NUM_WARPS": 2, "MERGE": "last_program"},
           {"BLOCK_N": 128, "MIN_CHUNK": 256, "PROGRAMS_PER_SM": 1, "NUM_WARPS": 8, "CACHED_LAUNCH": False}],
     MLA: [{}, {"BLOCK_N": 16, "MIN_CHUNK": 16, "VALUE_SPLIT": 4, "MERGE_HEADS": 16},
-          {"BLOCK_N": 64, "MIN_CHUNK": 32, "VALUE_SPLIT": 2, "MERGE_HEADS": 2, "NUM_WARPS": 8}],
+          {"BLOCK_N": 64, "MIN_CHUNK": 32, "VALUE_SPLIT": 2, "MERGE": "last_program", "NUM_WARPS": 8}],
 }
 
 # (name, kv lengths, SM count the plan sees). With 32 SMs the chunks are a few dozen tokens long, so
@@ -71,7 +73,7 @@ def _inputs(task, kv_lens, seed=1):
 def _module(task, knobs, sms):
     run = load_entry_point(_catalogs[task].render(FAMILY, knobs), name_hint=f"tc_{task[:3]}")
     g = run.__globals__
-    for table in ("_PLANS", "_LAUNCH", "_SCRATCH"):
+    for table in ("_PLANS", "_LAUNCH", "_SCRATCH", "_COUNTS"):
         g[table].clear()
     g["_num_sms"] = lambda device: sms
     return run
@@ -117,6 +119,45 @@ def test_chunks_straddle_sequence_boundaries(task, knobs):
     starts = [sum(lens[:i]) for i in range(len(lens) + 1)]
     assert sum(lens) // chunk >= 2 and [s for s in starts[1:-1] if s % chunk], (chunk, starts)
     assert lens[0] // chunk > g["MERGE_SLOTS"] or knobs.get("MIN_CHUNK") == 256
+
+
+@pytest.fixture
+def shuffled_programs(monkeypatch):
+    """The interpreter runs a grid's programs in order; a GPU runs them in any order. Run them shuffled
+    (a fresh permutation per launch), so no result may depend on which program of a chunk or of a sequence
+    finishes first or last."""
+    import random
+
+    from triton.runtime import interpreter
+
+    builder_cls = type(interpreter.interpreter_builder)
+    original = builder_cls.set_grid_idx
+    rng = random.Random(7)
+    perm = []
+
+    def set_grid_idx(self, x, y, z):
+        if (x, y, z) == (0, 0, 0):
+            perm[:] = rng.sample(range(self.grid_dim[0]), self.grid_dim[0])
+        original(self, perm[x], y, z)
+
+    monkeypatch.setattr(builder_cls, "set_grid_idx", set_grid_idx)
+
+
+@pytest.mark.parametrize("task,knobs", [
+    (GQA, {"MERGE": "last_program", "MIN_CHUNK": 16, "BLOCK_N": 16}),
+    (GQA, {"MIN_CHUNK": 16, "BLOCK_N": 16}),
+    (MLA, {"MERGE": "last_program", "VALUE_SPLIT": 2, "MIN_CHUNK": 16, "BLOCK_N": 16}),
+    (MLA, {"MERGE": "last_program", "VALUE_SPLIT": 1, "MIN_CHUNK": 32, "BLOCK_N": 16}),
+], ids=["gqa-last", "gqa-kernel", "mla-last-split2", "mla-last"])
+def test_any_program_order_gives_the_same_answer(task, knobs, shuffled_programs):
+    lens = [300, 0, 9, 40, 3, 0, 31, 120]
+    run = _module(task, knobs, 32)
+    inputs = _inputs(task, lens, seed=4)
+    for _ in range(2):              # the second call finds the arrival counters back at 0
+        res = _check(task, run(**inputs), inputs)
+        assert res.passed, f"{knobs}: {res.status} {res.message}"
+    counts = run.__globals__["_COUNTS"]
+    assert all(int(c.abs().sum()) == 0 for c in counts.values())
 
 
 def test_batch_longer_than_one_indptr_scan_block(monkeypatch):
@@ -171,16 +212,17 @@ class _FakeKernel:
 
 
 @pytest.mark.parametrize("task", [GQA, MLA])
-@pytest.mark.parametrize("cached", [True, False])
-def test_host_path_is_two_launches_and_two_allocations(task, cached, monkeypatch):
-    run = _module(task, {"CACHED_LAUNCH": cached}, 132)
+@pytest.mark.parametrize("cached,merge", [(True, "kernel"), (False, "kernel"), (True, "last_program")])
+def test_host_path_is_two_launches_and_two_allocations(task, cached, merge, monkeypatch):
+    run = _module(task, {"CACHED_LAUNCH": cached, "MERGE": merge}, 132)
+    launches = 2 if merge == "kernel" else 1
     g = run.__globals__
     log = []
     for kernel in ("_chunk_kernel", "_merge_kernel"):
         monkeypatch.setitem(g, kernel, _FakeKernel(log, g[kernel].arg_names))
     inputs = _inputs(task, [40, 0, 300, 5])
     run(**inputs)                                   # first call of the shape: plan, scratch, JIT
-    assert [e[0] for e in log] == ["jit", "jit"]
+    assert [e[0] for e in log] == ["jit"] * launches
     allocations = []
     real_empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, **k: allocations.append(a) or real_empty(*a, **k))
@@ -189,7 +231,7 @@ def test_host_path_is_two_launches_and_two_allocations(task, cached, monkeypatch
     assert len(allocations) == 6                    # output and lse, nothing else
     assert outs[0][0].data_ptr() != outs[1][0].data_ptr()
     kinds = [e[0] for e in log]
-    assert kinds == (["direct"] * 6 if cached else ["jit"] * 6)
+    assert kinds == (["direct"] if cached else ["jit"]) * 3 * launches
     # A direct launch passes every argument of the kernel, as the JIT launch did.
     jit_counts = {}
     for kind, grid, n in log:
@@ -198,7 +240,7 @@ def test_host_path_is_two_launches_and_two_allocations(task, cached, monkeypatch
     # Another shape gets its own plan and launchers.
     log.clear()
     run(**_inputs(task, [40, 0, 301, 5]))
-    assert [e[0] for e in log] == ["jit", "jit"]
+    assert [e[0] for e in log] == ["jit"] * launches
 
 
 def test_direct_launch_refused_falls_back_to_the_jit(monkeypatch):
@@ -282,8 +324,9 @@ def test_kernels_compile_for_sm90a():
     """The interpreter cannot catch GPU-only failures (loop-carried types, layouts, shared memory)."""
     from ksearch import PROJECT_ROOT
 
-    jobs = [(GQA, {}), (GQA, {"BLOCK_N": 128, "NUM_WARPS": 8, "NUM_STAGES": 4}),
-            (MLA, {}), (MLA, {"BLOCK_N": 64, "VALUE_SPLIT": 2, "NUM_WARPS": 8, "NUM_STAGES": 3})]
+    jobs = [(GQA, {}), (GQA, {"BLOCK_N": 128, "NUM_WARPS": 8, "NUM_STAGES": 4, "MERGE": "last_program"}),
+            (MLA, {}), (MLA, {"BLOCK_N": 64, "VALUE_SPLIT": 2, "NUM_WARPS": 8, "NUM_STAGES": 3,
+                              "MERGE": "last_program"})]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
     proc = subprocess.run([sys.executable, "-c", _AOT, json.dumps(jobs)], capture_output=True, text=True,
@@ -292,7 +335,7 @@ def test_kernels_compile_for_sm90a():
         pytest.skip("no ptxas in this Triton install")
     assert proc.returncode == 0, proc.stderr[-3000:]
     kernels = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(kernels) == 2 * len(jobs)
+    assert len(kernels) == 2 + 1 + 2 + 1           # chunk and merge kernels; with last_program no merge kernel
     for k in kernels:
         assert k["shared"] <= 232448, k
 
