@@ -28,7 +28,8 @@ most 40% of it, each task an equal share of what is left, each variant at most -
 per task; whatever the budget cuts is recorded as skipped.
 
 --dry: tiny shapes under the Triton interpreter, the task reference standing in for FlashInfer, eager wall
-time only, checks in this process; --max-variants limits the grid (the dry default is 2).
+time only, checks in this process unless --jobs says otherwise; --max-variants limits the grid (the dry
+default is 2).
 """
 
 from __future__ import annotations
@@ -231,20 +232,24 @@ def check_variant(v: Variant, dry: bool) -> dict[str, Any]:
                 "trace": traceback.format_exc()[-2000:], "seconds": time.perf_counter() - t0}
 
 
-def _check_job(v: Variant) -> dict[str, Any]:
-    return check_variant(v, dry=False)
+def _init_worker(dry: bool) -> None:
+    if dry:
+        from ksearch.eval.interpreter import prepare_interpreter
+        prepare_interpreter()
 
 
 def check_all(variants: list[Variant], dry: bool, jobs: int, timeout_s: float) -> dict[str, dict[str, Any]]:
-    """Check results by variant name; on the GPU in a process pool (parallel compiles), bounded in time."""
-    if dry or jobs <= 1:
+    """Check results by variant name: in this process (jobs <= 1), or in a pool of processes (the GPU
+    default: compiles run in parallel and fill Triton's disk cache for the timing phase), bounded in time."""
+    if jobs <= 1:
         return {v.name + "@" + v.task: check_variant(v, dry) for v in variants}
     import multiprocessing as mp
 
     results: dict[str, dict[str, Any]] = {}
-    pool = mp.get_context("spawn").Pool(jobs)
+    # A fresh process per variant: a kernel that faults poisons its process's CUDA context, not the next check.
+    pool = mp.get_context("spawn").Pool(jobs, initializer=_init_worker, initargs=(dry,), maxtasksperchild=1)
     try:
-        pending = {v.name + "@" + v.task: pool.apply_async(_check_job, (v,)) for v in variants}
+        pending = {v.name + "@" + v.task: pool.apply_async(check_variant, (v, dry)) for v in variants}
         deadline = time.monotonic() + timeout_s
         for key, res in pending.items():
             try:
@@ -466,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=float, default=420.0, help="whole run, compiles included (default 420)")
     p.add_argument("--variant-cap-s", type=float, default=25.0, help="timing seconds per variant and task")
     p.add_argument("--max-variants", type=int, default=None, help="first N of each task's grid (dry default 2)")
-    p.add_argument("--jobs", type=int, default=min(12, os.cpu_count() or 1), help="check/compile processes")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="check/compile processes (default: 1 with --dry, else min(12, CPUs))")
     p.add_argument("--extra", action="append", default=[], metavar="TASK=FILE",
                    help="also sweep this solution file (e.g. a run's best/solution.py)")
     args = p.parse_args(argv)
@@ -491,15 +497,16 @@ def main(argv: list[str] | None = None) -> int:
             print("decode_sweep: no CUDA device; use --dry for the CPU interpreter run", file=sys.stderr)
             return 2
     max_variants = args.max_variants if args.max_variants is not None else (2 if args.dry else None)
+    jobs = args.jobs if args.jobs is not None else (1 if args.dry else min(12, os.cpu_count() or 1))
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     all_variants = {t: variants_of(t, extra[t], max_variants) for t in tasks}
     doc: dict[str, Any] = {"environment": environment(args.dry), "argv": sys.argv[1:] if argv is None else argv,
                            "copy_peak_tbs": COPY_PEAK_TBS, "tasks": {}}
     print(f"decode_sweep: {sum(len(v) for v in all_variants.values())} variants; checking "
-          f"({'in process' if args.dry else f'{args.jobs} processes'})", flush=True)
+          f"({'in this process' if jobs <= 1 else f'{jobs} processes'})", flush=True)
     flat = [v for t in tasks for v in all_variants[t]]
-    checks = check_all(flat, args.dry, args.jobs, timeout_s=0.4 * args.budget_s)
+    checks = check_all(flat, args.dry, jobs, timeout_s=0.4 * args.budget_s)
     doc["check_seconds"] = time.monotonic() - start
     failed = [k for k, c in checks.items() if c["status"] != "ok"]
     print(f"decode_sweep: checks done in {doc['check_seconds']:.0f} s; {len(failed)} failed: {failed}", flush=True)

@@ -17,7 +17,8 @@ def test_dry_sweep_records_every_variant_and_shape(tmp_path, capsys):
     broken = tmp_path / "broken.py"
     broken.write_text("def run(*args):\n    raise RuntimeError('broken on purpose')\n")
     out = tmp_path / "out"
-    rc = decode_sweep.main([str(out), "--dry", "--tasks", "gqa", "--max-variants", "1",
+    # Two check processes: the pool the GPU run compiles in, here with interpreter workers.
+    rc = decode_sweep.main([str(out), "--dry", "--tasks", "gqa", "--max-variants", "1", "--jobs", "2",
                             "--extra", f"{decode_sweep.GQA}={broken}"])
     assert rc == 0
     doc = json.loads((out / "decode_sweep.json").read_text())
