@@ -111,8 +111,9 @@ def test_region_board_keeps_the_best_kernel_per_region():
 
 
 class RegionalEvaluator(ScriptedEvaluator):
-    """split_kv wins the short-sequence regions, grouped_heads the long one; the dispatch gets the best of
-    both. Validate workloads (vcpu_*) score the same way."""
+    """split_kv wins the short-sequence regions, grouped_heads or token_chunks (whichever the offline model
+    reaches first: both have high priors) the long one; the dispatch gets the best of both. Validate
+    workloads (vcpu_*) score the same way."""
 
     def evaluate(self, source, solution_id, workloads, baseline):
         self.calls.append(solution_id)
@@ -122,6 +123,7 @@ class RegionalEvaluator(ScriptedEvaluator):
         for w in workloads:
             long = max(w.params["kv_lens"]) >= 300
             sp[w.name] = {"split_kv": 1.0 if long else 2.0, "grouped_heads": 3.0 if long else 0.5,
+                          "token_chunks": 3.0 if long else 0.5,
                           "dispatch": 3.0 if long else 2.0}.get(fam, 0.4)     # other families: slower everywhere
         r = EvalReport(solution_id, "PASSED", "cpu", [WorkloadResult(w.name, "PASSED", latency_ms=1 / sp[w.name])
                                                        for w in workloads])
@@ -187,3 +189,28 @@ def test_composed_gqa_solution_on_the_gpu():
                             atol=1e-2, rtol=1e-2)
         assert res.passed, (w.name, res.message)
         del inputs
+
+
+def test_dispatch_is_one_lookup_for_shapes_seen_before(monkeypatch):
+    # Issue 23: the dispatcher's own host work per call. The region is computed once per new shape; later
+    # calls with those shapes reuse the choice, and a different shape is dispatched on its own.
+    tiny = _task.workload_set("tiny")
+    long_one = next(w for w in tiny if w.name == "tiny_b1_l320")
+    mod = load_module_from_source(_compose([(long_one, "b")]), name_hint="dispatch_cache_test")
+    computed = []
+    real_region = mod._region
+    monkeypatch.setattr(mod, "_region", lambda inputs: computed.append(1) or real_region(inputs))
+    calls = []
+    monkeypatch.setattr(mod, "_k0_run", lambda *a: calls.append("a"))
+    monkeypatch.setattr(mod, "_k1_run", lambda *a: calls.append("b"))
+    monkeypatch.setattr(mod, "_FALLBACK", mod._k0_run)
+    monkeypatch.setattr(mod, "_TABLE", {k: mod._k1_run for k in mod._TABLE})
+    mod._CHOSEN.clear()
+    inputs = {w.name: _task.make_inputs(w, device="cpu", seed=0) for w in tiny}
+    for _ in range(3):
+        mod.run(**inputs["tiny_b1_l320"])
+    assert computed == [1] and calls == ["b"] * 3
+    mod.run(**inputs["tiny_ragged_b5_l300"])
+    mod.run(**inputs["tiny_ragged_b5_l300"])
+    assert computed == [1, 1] and calls[3:] == ["a", "a"]
+    assert len(mod._CHOSEN) == 2

@@ -256,11 +256,13 @@ def _check_indices(kv_lens, num_pages, seed=0):
 
 def test_decode_workload_sets():
     sets = _tasks[DECODE].workload_sets()
-    assert len(sets["full"]) == 47 and len(sets["feedback"]) == 5 and len(sets["tiny"]) >= 2
+    # The dataset's 47 axes and issue 23's four mixes.
+    assert len(sets["full"]) == 47 + 4 and len(sets["feedback"]) == 5 and len(sets["tiny"]) >= 2
     fb = [(w.axes["batch_size"], w.axes["num_kv_indices"]) for w in sets["feedback"]]
     assert fb == [(16, 14857), (16, 17257), (1, 2408), (16, 12857), (64, 62345)]
     batches = [w.axes["batch_size"] for w in sets["full"]]
     assert batches.count(1) == 15 and batches.count(16) == 16 and batches.count(64) == 16
+    assert {40, 5, 3, 2} <= set(batches)
     totals = {b: sorted(w.axes["num_kv_indices"] for w in sets["full"] if w.axes["batch_size"] == b)
               for b in (16, 64)}
     assert totals[16][0] == 457 and totals[16][-1] == 17257

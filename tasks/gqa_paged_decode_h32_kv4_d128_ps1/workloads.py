@@ -9,7 +9,8 @@ Sets:
   kernel that handles only the first three of a batch fails. Sizes are kept small because the
   Triton interpreter pays per program: split_kv's combine step alone runs batch x 32 programs.
 - `feedback` (GPU, what a GPU search selects on): K-Search's five shapes.
-- `full`: the dataset's 48 axes.
+- `full`: the dataset's 48 axes, plus issue 23's four shapes where per-sequence splits lost (a 40-sequence
+  batch of 30..180k tokens each, five sequences with one holding 94% of the tokens, 3 x 6000, 2 x 24000).
 - `space` (GPU, held out), and `validate`, the gate a new best must not regress on: a subset of `space`
   (VALIDATE_GATE, same axes, about one feedback evaluation's cost). `space`: the shape space a serving engine sees.
   Axes and why:
@@ -20,7 +21,9 @@ Sets:
     requests (32k, 64k), where a kernel must split a single sequence across SMs.
   * uniform batches (every sequence the same length) and ragged ones: log-uniform lengths in a batch, and
     one very long sequence among short ones (a long-context request batched with chat traffic), which
-    punishes even splits per sequence and rewards balanced chunking.
+    punishes even splits per sequence and rewards balanced chunking; issue 23's mixes (40 sequences of
+    30..50k tokens, [50000, 10, 200, 3000, 77], 3 x 6000, 2 x 24000). The gate holds five ragged and five
+    uniform shapes.
   Total KV tokens stay <= ~2M (K+V = 2 KiB per token: <= 4 GiB of cache; the reference pads to the longest
   sequence, so ragged batches keep batch x max_len <= ~2M too).
 - `validate_cpu`: the CPU stand-in for `validate` (the set `eval.validate=auto` picks on a CPU), disjoint
@@ -81,7 +84,21 @@ def _validate() -> list[Workload]:
     out.append(_lens("val_onelong_b8_l65536", [65536] + [128] * 7))
     out.append(_lens("val_onelong_b32_l32768", [32768] + [96 + 13 * i for i in range(31)]))
     out.append(_lens("val_onelong_b128_l16384", [16384] + [200] * 127))
+    out.extend(_issue23_mixes("val"))
     return out
+
+
+def _issue23_mixes(prefix: str) -> list[Workload]:
+    """Issue 23's shapes where per-sequence splits lost: a 40-sequence log-spread batch (`val`: lengths
+    30..50000, so the reference's padded batch stays within 2M tokens; `full`: 30..180000, 829k tokens),
+    five sequences of which one holds 94% of the tokens, and 3 x 6000 and 2 x 24000 (too few sequences to
+    fill 132 SMs without splitting them)."""
+    hi = 50000 if prefix == "val" else 180000
+    name = f"{prefix}_ragged_b40_l30-{hi}" if prefix == "val" else "full_ragged40_l30-180000"
+    return [_lens(name, log_spread_lengths(40, 30, hi, stable_generator(name))),
+            _lens(f"{prefix}_mix5_l50000", [50000, 10, 200, 3000, 77]),
+            _lens(f"{prefix}_b3_l6000", [6000] * 3),
+            _lens(f"{prefix}_b2_l24000", [24000] * 2)]
 
 
 def workload_sets() -> dict[str, list[Workload]]:
@@ -102,7 +119,8 @@ def workload_sets() -> dict[str, list[Workload]]:
     b64 = [28815 + round(i * (61519 - 28815) / 15) for i in range(16)]
     full = ([_workload(f"full_b1_t{t}", 1, t) for t in b1]
             + [_workload(f"full_b16_t{t}", 16, t) for t in b16]
-            + [_workload(f"full_b64_t{t}", 64, t) for t in b64])
+            + [_workload(f"full_b64_t{t}", 64, t) for t in b64]
+            + _issue23_mixes("full"))
     space = _validate()
     return {"tiny": tiny, "feedback": feedback, "full": full, "validate": validate_gate(space), "space": space,
             "validate_cpu": validate_cpu}
@@ -126,7 +144,10 @@ def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:
 #: The held-out gate (`validate`): 10 of the `space` shapes, spanning the same axes, so that confirming
 #: a new best costs about as much as one feedback evaluation (at most 2x, issue 20). `space` keeps every
 #: shape, for `ksearch bench ... eval.workloads=space`.
-VALIDATE_GATE = ("val_b1_l64", "val_b1_l65536", "val_b4_l16384", "val_b16_l4096", "val_b64_l1024", "val_b256_l512", "val_b256_l2048", "val_ragged_b7_l64-16384", "val_ragged_b128_l64-4096", "val_onelong_b32_l32768")
+#: Ragged batches weigh as much as uniform ones (issue 23): five of each.
+VALIDATE_GATE = ("val_b1_l64", "val_b1_l65536", "val_b3_l6000", "val_b16_l4096", "val_b256_l2048",
+                 "val_ragged_b40_l30-50000", "val_mix5_l50000", "val_ragged_b7_l64-16384", "val_ragged_b128_l64-4096",
+                 "val_onelong_b32_l32768")
 
 
 def validate_gate(space: list[Workload]) -> list[Workload]:

@@ -8,14 +8,18 @@ Sets:
   tile of the catalog (BLOCK_N <= 64) times any plausible per-program chunk on a one-SM schedule; and a
   ragged batch of five with one long sequence (330), short ones and an empty one (kv_len 0: output 0, lse
   -inf, accepted by the reference and the checker).
-- `feedback` (GPU): K-Search's five shapes. `full`: the dataset's 47 axes.
+- `feedback` (GPU): K-Search's five shapes. `full`: the dataset's 47 axes, plus issue 23's four shapes where
+  per-sequence splits lost (a 40-sequence batch of 30..180k tokens each, five sequences with one holding 94%
+  of the tokens, 3 x 6000, 2 x 24000).
 - `space` (GPU, held out), and `validate`, the gate a new best must not regress on: a subset of `space`
   (VALIDATE_GATE, same axes, about one feedback evaluation's cost). `space`. Axes and why:
   * batch 1, 4, 16, 32, 64, 128, 256: single-request latency, small to large continuous-batching steps
     (DeepSeek-V3 serving at tp=8 runs decode batches up to a few hundred);
   * KV length per sequence 64 .. 64k: short chats to DeepSeek's long context; batch 1 at 32k-64k is where
     a kernel must split one sequence over the whole GPU;
-  * uniform and ragged batches (log-uniform lengths; one very long sequence among short ones).
+  * uniform and ragged batches (log-uniform lengths; one very long sequence among short ones; issue 23's
+    mixes: 40 sequences of 30..50k tokens, [50000, 10, 200, 3000, 77], 3 x 6000, 2 x 24000). The gate holds
+    five ragged and five uniform shapes.
   Every workload uses the same 989,669-row pool as the dataset (about 1.1 GB of bf16 per input set), so
   total KV tokens stay below the pool size (at most ~790k here).
 - `validate_cpu`: the CPU stand-in for `validate` (`eval.validate=auto` on a CPU), disjoint from `tiny`:
@@ -70,7 +74,21 @@ def _validate() -> list[Workload]:
         out.append(_lens(name, log_spread_lengths(b, lo, hi, stable_generator(name))))
     out.append(_lens("val_onelong_b16_l65536", [65536] + [256] * 15))
     out.append(_lens("val_onelong_b64_l32768", [32768] + [100 + 7 * i for i in range(63)]))
+    out.extend(_issue23_mixes("val"))
     return out
+
+
+def _issue23_mixes(prefix: str) -> list[Workload]:
+    """Issue 23's shapes where per-sequence splits lost: a 40-sequence log-spread batch (`val`: lengths
+    30..50000, so the reference's padded batch stays within 2M tokens; `full`: 30..180000, 829k tokens, within
+    the pool), five sequences of which one holds 94% of the tokens, and 3 x 6000 and 2 x 24000 (too few
+    sequences to fill 132 SMs without splitting them)."""
+    hi = 50000 if prefix == "val" else 180000
+    name = f"{prefix}_ragged_b40_l30-{hi}" if prefix == "val" else "full_ragged40_l30-180000"
+    return [_lens(name, log_spread_lengths(40, 30, hi, stable_generator(name))),
+            _lens(f"{prefix}_mix5_l50000", [50000, 10, 200, 3000, 77]),
+            _lens(f"{prefix}_b3_l6000", [6000] * 3),
+            _lens(f"{prefix}_b2_l24000", [24000] * 2)]
 
 
 def workload_sets() -> dict[str, list[Workload]]:
@@ -93,7 +111,8 @@ def workload_sets() -> dict[str, list[Workload]]:
     b64 = [9945 + round(i * (75145 - 9945) / 15) for i in range(16)]
     full = ([_workload(f"full_b1_t{t}", 1, t) for t in b1]
             + [_workload(f"full_b16_t{t}", 16, t) for t in b16]
-            + [_workload(f"full_b64_t{t}", 64, t) for t in b64])
+            + [_workload(f"full_b64_t{t}", 64, t) for t in b64]
+            + _issue23_mixes("full"))
     space = _validate()
     return {"tiny": tiny, "feedback": feedback, "full": full, "validate": validate_gate(space), "space": space,
             "validate_cpu": validate_cpu}
@@ -120,7 +139,10 @@ def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:
 #: The held-out gate (`validate`): 10 of the `space` shapes, spanning the same axes, so that confirming
 #: a new best costs about as much as one feedback evaluation (at most 2x, issue 20). `space` keeps every
 #: shape, for `ksearch bench ... eval.workloads=space`.
-VALIDATE_GATE = ("val_b1_l64", "val_b1_l65536", "val_b4_l32768", "val_b16_l8192", "val_b64_l2048", "val_b128_l4096", "val_b256_l512", "val_ragged_b7_l64-16384", "val_ragged_b256_l32-4096", "val_onelong_b16_l65536")
+#: Ragged batches weigh as much as uniform ones (issue 23): five of each.
+VALIDATE_GATE = ("val_b1_l64", "val_b1_l65536", "val_b2_l24000", "val_b16_l8192", "val_b256_l512",
+                 "val_ragged_b40_l30-50000", "val_mix5_l50000", "val_ragged_b7_l64-16384", "val_ragged_b256_l32-4096",
+                 "val_onelong_b16_l65536")
 
 
 def validate_gate(space: list[Workload]) -> list[Workload]:

@@ -1,0 +1,65 @@
+"""benchmarks/decode_sweep.py --dry: the GPU sweep's whole path (grid, checks, clocks, table, JSON) on tiny
+shapes under the Triton interpreter, the reference standing in for FlashInfer; a broken variant is
+recorded, not fatal; bad arguments get one line and exit code 2."""
+
+import json
+import sys
+
+import pytest
+
+from ksearch import PROJECT_ROOT
+
+sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
+import decode_sweep  # noqa: E402
+
+
+def test_dry_sweep_records_every_variant_and_shape(tmp_path, capsys):
+    broken = tmp_path / "broken.py"
+    broken.write_text("def run(*args):\n    raise RuntimeError('broken on purpose')\n")
+    out = tmp_path / "out"
+    # Two check processes: the pool the GPU run compiles in, here with interpreter workers.
+    rc = decode_sweep.main([str(out), "--dry", "--tasks", "gqa", "--max-variants", "1", "--jobs", "2",
+                            "--extra", f"{decode_sweep.GQA}={broken}"])
+    assert rc == 0
+    doc = json.loads((out / "decode_sweep.json").read_text())
+    res = doc["tasks"][decode_sweep.GQA]
+    names = [v["name"] for v in res["variants"]]
+    assert names == ["token_chunks", "extra:broken.py"]
+    checks = {v["name"]: v["check"] for v in res["variants"]}
+    assert checks["token_chunks"]["status"] == "ok"
+    assert checks["extra:broken.py"]["status"] == "failed" and "broken on purpose" in checks["extra:broken.py"]["message"]
+    shapes = [s["name"] for s in res["shapes"]]
+    assert shapes == [name for name, _ in decode_sweep.DRY_SHAPES]
+    rows = {(r["variant"], r["shape"]): r for r in res["rows"]}
+    assert len(rows) == 2 * len(shapes)
+    for shape in shapes:
+        good, bad = rows[("token_chunks", shape)], rows[("extra:broken.py", shape)]
+        assert good["status"] == "ok" and good["eager_us"] > 0 and good["eager_vs_fi"] > 0
+        assert good["max_abs_diff_vs_fi"] is not None and good["max_abs_diff_vs_fi"] < 0.05
+        assert bad["status"] == "failed"
+        assert res["baselines"][shape]["best_eager_us"] > 0
+    assert [s["variant"] for s in res["summary"]][0] == "token_chunks"
+    text = (out / "decode_sweep.txt").read_text()
+    assert "token_chunks" in text and "mix5_l50" in text and "failed" in text
+
+
+def test_full_grid_uses_catalog_values_and_has_about_twenty_variants():
+    from ksearch.task import load_task
+    from ksearch.task.catalog import load_catalog
+
+    for task in decode_sweep.TASKS:
+        t = load_task(task)
+        cat = load_catalog(t.strategies_dir, task)
+        vs = decode_sweep.variants_of(task, [], None)
+        assert 18 <= sum(v.family == decode_sweep.FAMILY for v in vs) <= 24
+        assert len({v.name for v in vs}) == len(vs)
+        for v in vs:
+            cat.render(v.family, v.knobs)          # every knob value is one the catalog lists
+        assert {v.family for v in vs} == {f.name for f in cat.families}
+
+
+@pytest.mark.parametrize("argv", [["--tasks", "gqa,xyz"], ["--extra", "nope=/does/not/exist"]])
+def test_bad_arguments_exit_2_with_one_line(tmp_path, argv, capsys):
+    assert decode_sweep.main([str(tmp_path), "--dry", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("decode_sweep: ") and "\n" not in err

@@ -1,0 +1,374 @@
+"""The token_chunks families of both decode tasks (issue 23): work cut by KV tokens, not by sequences.
+
+Under the Triton interpreter, against each task's reference (every element within 1e-2 abs or rel):
+ragged batches where one sequence holds most tokens, empty sequences, batch 1, an all-empty batch, a
+batch longer than one kv_indptr scan block, and chunks that straddle sequence boundaries (a small SM
+count makes chunks of a few dozen tokens), also with the grid's programs run in shuffled order (the merge
+by the last program of a sequence must not depend on which one that is). Then the host path: after the
+first call of a shape, a call allocates only its two outputs and launches the cached compiled kernels
+directly (two launches, or one when the last program merges); and every kernel compiles for sm_90a
+(ptxas, no GPU) within an H200 block's shared memory.
+"""
+
+from ksearch.eval.interpreter import prepare_interpreter
+
+prepare_interpreter()  # before anything imports a Triton kernel
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from ksearch.eval.rules import check_outputs
+from ksearch.instantiate.loader import load_entry_point
+from ksearch.task import load_task
+from ksearch.task.catalog import load_catalog
+from ksearch.task.paged import paged_indices
+
+GQA = "gqa_paged_decode_h32_kv4_d128_ps1"
+MLA = "mla_paged_decode_h16_ckv512_kpe64_ps1"
+FAMILY = "token_chunks"
+_tasks = {name: load_task(name) for name in (GQA, MLA)}
+_catalogs = {name: load_catalog(t.strategies_dir, name) for name, t in _tasks.items()}
+
+KNOBS = {
+    GQA: [{}, {"BLOCK_N": 16, "MIN_CHUNK": 16, "PROGRAMS_PER_SM": 8, "NUM_WARPS": 2, "MERGE": "last_program"},
+          {"BLOCK_N": 128, "MIN_CHUNK": 256, "PROGRAMS_PER_SM": 1, "NUM_WARPS": 8, "CACHED_LAUNCH": False}],
+    MLA: [{}, {"BLOCK_N": 16, "MIN_CHUNK": 16, "VALUE_SPLIT": 4, "MERGE_HEADS": 16},
+          {"BLOCK_N": 64, "MIN_CHUNK": 32, "VALUE_SPLIT": 2, "MERGE": "last_program", "NUM_WARPS": 8}],
+}
+
+# (name, kv lengths, SM count the plan sees). With 32 SMs the chunks are a few dozen tokens long, so
+# most of them cross a sequence boundary and the long sequence is spread over many chunks.
+CASES = [
+    ("ragged_one_long", [600, 0, 9, 17, 3, 0, 31], 32),
+    ("long_last_empty_first", [0, 2, 5, 1, 190, 0], 32),
+    ("batch1", [77], 4),
+    ("all_empty", [0, 0, 0], 4),
+    ("many_chunks_one_seq", [150], 132),
+]
+
+
+def _inputs(task, kv_lens, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    pages = max(sum(kv_lens) + 32, 64)
+    indptr, indices = paged_indices(kv_lens, pages, torch.Generator().manual_seed(seed))
+    batch, bf16 = len(kv_lens), torch.bfloat16
+    if task == GQA:
+        data = {"q": torch.randn(batch, 32, 128, generator=gen).to(bf16),
+                "k_cache": torch.randn(pages, 1, 4, 128, generator=gen).to(bf16),
+                "v_cache": torch.randn(pages, 1, 4, 128, generator=gen).to(bf16), "sm_scale": 128 ** -0.5}
+    else:
+        data = {"q_nope": torch.randn(batch, 16, 512, generator=gen).to(bf16),
+                "q_pe": torch.randn(batch, 16, 64, generator=gen).to(bf16),
+                "ckv_cache": torch.randn(pages, 1, 512, generator=gen).to(bf16),
+                "kpe_cache": torch.randn(pages, 1, 64, generator=gen).to(bf16), "sm_scale": 0.1352337747812271}
+    ordered = {n: data[n] for n in _tasks[task].definition.input_names if n in data}
+    return {**ordered, "kv_indptr": indptr, "kv_indices": indices, "sm_scale": data["sm_scale"]}
+
+
+def _module(task, knobs, sms):
+    run = load_entry_point(_catalogs[task].render(FAMILY, knobs), name_hint=f"tc_{task[:3]}")
+    g = run.__globals__
+    for table in ("_PLANS", "_LAUNCH", "_SCRATCH", "_COUNTS"):
+        g[table].clear()
+    g["_num_sms"] = lambda device: sms
+    return run
+
+
+def _check(task, got, inputs):
+    want = _tasks[task].reference(**inputs)
+    return check_outputs(list(got), list(want), _tasks[task].definition.output_names, atol=1e-2, rtol=1e-2)
+
+
+def _params():
+    out = []
+    for task in (GQA, MLA):
+        for i, knobs in enumerate(KNOBS[task]):
+            out.append(pytest.param(task, knobs, id=f"{task[:3]}-knobs{i}"))
+    return out
+
+
+@pytest.mark.parametrize("task,knobs", _params())
+def test_matches_reference_on_ragged_batches(task, knobs):
+    for name, lens, sms in CASES:
+        run = _module(task, knobs, sms)
+        inputs = _inputs(task, lens)
+        got = run(**inputs)
+        res = _check(task, got, inputs)
+        assert res.passed, f"{name} {knobs}: {res.status} {res.message}"
+        out, lse = got
+        for b, n in enumerate(lens):
+            if n == 0:
+                assert torch.all(out[b] == 0) and torch.all(torch.isneginf(lse[b])), name
+            else:
+                assert torch.isfinite(lse[b]).all(), name
+
+
+@pytest.mark.parametrize("task,knobs", _params())
+def test_chunks_straddle_sequence_boundaries(task, knobs):
+    # The plan the ragged case runs: several chunks, boundaries inside chunks, and the long sequence
+    # spread over more chunks than the merge kernel reads in one step, so its loop runs more than once.
+    _, lens, sms = CASES[0]
+    run = _module(task, knobs, sms)
+    g = run.__globals__
+    chunk = g["_plan"](torch.device("cpu"), len(lens), sum(lens))[0]
+    starts = [sum(lens[:i]) for i in range(len(lens) + 1)]
+    assert sum(lens) // chunk >= 2 and [s for s in starts[1:-1] if s % chunk], (chunk, starts)
+    assert lens[0] // chunk > g["MERGE_SLOTS"] or knobs.get("MIN_CHUNK") == 256
+
+
+@pytest.fixture
+def shuffled_programs(monkeypatch):
+    """The interpreter runs a grid's programs in order; a GPU runs them in any order. Run them shuffled
+    (a fresh permutation per launch), so no result may depend on which program of a chunk or of a sequence
+    finishes first or last."""
+    import random
+
+    from triton.runtime import interpreter
+
+    builder_cls = type(interpreter.interpreter_builder)
+    original = builder_cls.set_grid_idx
+    rng = random.Random(7)
+    perm = []
+
+    def set_grid_idx(self, x, y, z):
+        if (x, y, z) == (0, 0, 0):
+            perm[:] = rng.sample(range(self.grid_dim[0]), self.grid_dim[0])
+        original(self, perm[x], y, z)
+
+    monkeypatch.setattr(builder_cls, "set_grid_idx", set_grid_idx)
+
+
+@pytest.mark.parametrize("task,knobs", [
+    (GQA, {"MERGE": "last_program", "MIN_CHUNK": 16, "BLOCK_N": 16}),
+    (GQA, {"MIN_CHUNK": 16, "BLOCK_N": 16}),
+    (MLA, {"MERGE": "last_program", "VALUE_SPLIT": 2, "MIN_CHUNK": 16, "BLOCK_N": 16}),
+    (MLA, {"MERGE": "last_program", "VALUE_SPLIT": 1, "MIN_CHUNK": 32, "BLOCK_N": 16}),
+], ids=["gqa-last", "gqa-kernel", "mla-last-split2", "mla-last"])
+def test_any_program_order_gives_the_same_answer(task, knobs, shuffled_programs):
+    lens = [300, 0, 9, 40, 3, 0, 31, 120]
+    run = _module(task, knobs, 32)
+    inputs = _inputs(task, lens, seed=4)
+    for _ in range(2):              # the second call finds the arrival counters back at 0
+        res = _check(task, run(**inputs), inputs)
+        assert res.passed, f"{knobs}: {res.status} {res.message}"
+    counts = run.__globals__["_COUNTS"]
+    assert all(int(c.abs().sum()) == 0 for c in counts.values())
+
+
+def test_batch_longer_than_one_indptr_scan_block(monkeypatch):
+    # Programs count sequences over kv_indptr in blocks of SCAN entries: with SCAN cut to 4, a batch of
+    # 11 takes three blocks (the kernels are the same for any SCAN, a compile-time constant).
+    lens = [3, 1, 0, 2, 5, 1, 4, 2, 90, 1, 6]
+    for task in (GQA, MLA):
+        run = _module(task, {"MIN_CHUNK": 16, "BLOCK_N": 16}, 32)
+        monkeypatch.setitem(run.__globals__["_CHUNK_CONSTS"], "SCAN", 4)
+        inputs = _inputs(task, lens)
+        res = _check(task, run(**inputs), inputs)
+        assert res.passed, f"{task}: {res.status} {res.message}"
+
+
+@pytest.mark.parametrize("task", [GQA, MLA])
+def test_tiny_workloads(task):
+    t = _tasks[task]
+    run = _module(task, {}, 132)
+    for w in t.workload_set("tiny") + t.workload_set("validate_cpu"):
+        inputs = t.make_inputs(w, device="cpu", seed=0)
+        res = _check(task, run(**inputs), inputs)
+        assert res.passed, f"{w.name}: {res.status} {res.message}"
+
+
+class _FakeCompiled:
+    """Stands in for Triton's compiled kernel: `compiled[grid](*args)` records the direct launch."""
+
+    def __init__(self, log, arg_names):
+        self.log, self.arg_names = log, arg_names
+
+    def __getitem__(self, grid):
+        def direct(*args):
+            # A compiled kernel takes every parameter positionally, compile-time ones included.
+            assert len(args) == len(self.arg_names)
+            self.log.append(("direct", grid, len(args)))
+        return direct
+
+
+class _FakeKernel:
+    """Stands in for a @triton.jit kernel on a GPU: `kernel[grid](...)` returns a compiled kernel."""
+
+    def __init__(self, log, arg_names):
+        self.log, self.arg_names = log, arg_names
+
+    def __getitem__(self, grid):
+        def launch(*args, num_warps, num_stages, **consts):
+            # Runtime arguments by position, compile-time ones by name, in the kernel's parameter order.
+            assert list(self.arg_names) == list(self.arg_names[:len(args)]) + list(consts)
+            self.log.append(("jit", grid, len(args) + len(consts)))
+            return _FakeCompiled(self.log, self.arg_names)
+        return launch
+
+
+@pytest.mark.parametrize("task", [GQA, MLA])
+@pytest.mark.parametrize("cached,merge", [(True, "kernel"), (False, "kernel"), (True, "last_program")])
+def test_host_path_is_two_launches_and_two_allocations(task, cached, merge, monkeypatch):
+    run = _module(task, {"CACHED_LAUNCH": cached, "MERGE": merge}, 132)
+    launches = 2 if merge == "kernel" else 1
+    g = run.__globals__
+    log = []
+    for kernel in ("_chunk_kernel", "_merge_kernel"):
+        monkeypatch.setitem(g, kernel, _FakeKernel(log, g[kernel].arg_names))
+    inputs = _inputs(task, [40, 0, 300, 5])
+    run(**inputs)                                   # first call of the shape: plan, scratch, JIT
+    assert [e[0] for e in log] == ["jit"] * launches
+    allocations = []
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: allocations.append(a) or real_empty(*a, **k))
+    log.clear()
+    outs = [run(**inputs) for _ in range(3)]
+    assert len(allocations) == 6                    # output and lse, nothing else
+    assert outs[0][0].data_ptr() != outs[1][0].data_ptr()
+    kinds = [e[0] for e in log]
+    assert kinds == (["direct"] if cached else ["jit"]) * 3 * launches
+    # A direct launch passes every argument of the kernel, as the JIT launch did.
+    jit_counts = {}
+    for kind, grid, n in log:
+        jit_counts.setdefault(grid, set()).add(n)
+    assert all(len(v) == 1 for v in jit_counts.values())
+    # Another shape gets its own plan and launchers.
+    log.clear()
+    run(**_inputs(task, [40, 0, 301, 5]))
+    assert [e[0] for e in log] == ["jit"] * launches
+
+
+def test_direct_launch_refused_falls_back_to_the_jit(monkeypatch):
+    run = _module(GQA, {}, 132)
+    g = run.__globals__
+    log = []
+
+    class Refusing(_FakeCompiled):
+        def __getitem__(self, grid):
+            def refuse(*args):
+                raise TypeError("function takes exactly 20 arguments")
+            return refuse
+
+    class Kernel(_FakeKernel):
+        def __getitem__(self, grid):
+            return lambda *a, **k: log.append("jit") or Refusing(log, self.arg_names)
+
+    for kernel in ("_chunk_kernel", "_merge_kernel"):
+        monkeypatch.setitem(g, kernel, Kernel(log, g[kernel].arg_names))
+    monkeypatch.setitem(g, "_DIRECT", [True])
+    inputs = _inputs(GQA, [40, 5])
+    for _ in range(3):
+        run(**inputs)
+    assert log == ["jit"] * 6 and g["_DIRECT"] == [False]
+
+
+def test_plans_stay_bounded_and_scratch_is_never_freed():
+    run = _module(GQA, {}, 132)
+    g = run.__globals__
+    dev = torch.device("cpu")
+    first = g["_plan"](dev, 4, 100)[3]
+    for total in range(100, 100 + 4200):
+        g["_plan"](dev, 4, total)
+    assert len(g["_PLANS"]) <= 4097
+    big = g["_plan"](dev, 512, 10 ** 6)[3]
+    assert big.shape[0] >= 512 + 1 and any(s[1] is first for s in g["_KEEP"])
+
+
+# ----------------------------------------------------------------------------- sm_90a compile
+
+_AOT = r'''
+import json, os, sys
+os.environ.pop("TRITON_INTERPRET", None)
+import torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
+from ksearch.instantiate.loader import load_entry_point
+from ksearch.task.catalog import load_catalog
+from ksearch.task import load_task
+
+launches = []
+JITFunction.run = lambda self, *args, grid, warmup, **kw: launches.append((self, args, kw))
+PTR = {torch.bfloat16: "*bf16", torch.float32: "*fp32", torch.int32: "*i32"}
+out = []
+for task_name, knobs in json.loads(sys.argv[1]):
+    task = load_task(task_name)
+    cat = load_catalog(task.strategies_dir, task.name)
+    inputs = task.make_inputs(task.workload_set("tiny")[-1], device="cpu", seed=0)
+    launches.clear()
+    load_entry_point(cat.render("token_chunks", knobs), name_hint="aot_tc")(**inputs)
+    for fn, args, kw in launches:
+        sig, consts, attrs = {}, {}, {}
+        for i, p in enumerate(fn.params):
+            v = args[i] if i < len(args) else kw[p.name]
+            if p.is_constexpr:
+                sig[p.name], consts[p.name] = "constexpr", v
+            elif isinstance(v, torch.Tensor):
+                sig[p.name], attrs[(i,)] = PTR[v.dtype], [["tt.divisibility", 16]]
+            else:
+                sig[p.name] = "fp32" if isinstance(v, float) else "i32"
+        k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
+                           target=GPUTarget("cuda", 90, 32),
+                           options={"num_warps": kw["num_warps"], "num_stages": kw["num_stages"]})
+        out.append({"task": task_name, "kernel": fn.__name__, "shared": k.metadata.shared})
+print(json.dumps(out))
+'''
+
+
+def test_kernels_compile_for_sm90a():
+    """The interpreter cannot catch GPU-only failures (loop-carried types, layouts, shared memory)."""
+    from ksearch import PROJECT_ROOT
+
+    jobs = [(GQA, {}), (GQA, {"BLOCK_N": 128, "NUM_WARPS": 8, "NUM_STAGES": 4, "MERGE": "last_program"}),
+            (MLA, {}), (MLA, {"BLOCK_N": 64, "VALUE_SPLIT": 2, "NUM_WARPS": 8, "NUM_STAGES": 3,
+                              "MERGE": "last_program"})]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+    proc = subprocess.run([sys.executable, "-c", _AOT, json.dumps(jobs)], capture_output=True, text=True,
+                          env=env, cwd=str(PROJECT_ROOT), timeout=300)
+    if proc.returncode != 0 and "ptxas" in proc.stderr and "not found" in proc.stderr.lower():
+        pytest.skip("no ptxas in this Triton install")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kernels = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(kernels) == 2 + 1 + 2 + 1           # chunk and merge kernels; with last_program no merge kernel
+    for k in kernels:
+        assert k["shared"] <= 232448, k
+
+
+# ----------------------------------------------------------------------------- GPU
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("task", [GQA, MLA])
+@pytest.mark.parametrize("knobs", [{}, {"MERGE": "last_program"}, {"MERGE": "last_program", "VALUE_SPLIT": 2}],
+                         ids=["merge-kernel", "last-program", "last-program-split2"])
+def test_one_captured_graph_serves_any_lengths_with_the_same_shapes(task, knobs):
+    """The partition is computed on the device: a CUDA graph captured on one ragged batch replays correctly
+    after kv_indptr and kv_indices are rewritten in place for other lengths (same batch, same total),
+    and repeated eager calls (the direct launch path; with last_program, the arrival counters across SMs)
+    stay correct."""
+    if task == GQA and "VALUE_SPLIT" in knobs:
+        pytest.skip("VALUE_SPLIT is an MLA knob")
+    run = load_entry_point(_catalogs[task].render(FAMILY, knobs), name_hint=f"tc_gpu_{task[:3]}")
+    lens_a = [5000, 3, 0, 120, 77, 800, 1]
+    lens_b = [1, 800, 77, 120, 0, 3, 5000]
+    inputs = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in _inputs(task, lens_a).items()}
+    other = _inputs(task, lens_b, seed=2)
+    for _ in range(20):
+        res = _check(task, run(**inputs), inputs)
+        assert res.passed, res.message
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = run(**inputs)
+    for name in ("kv_indptr", "kv_indices"):
+        inputs[name].copy_(other[name])
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        res = _check(task, got, inputs)
+        assert res.passed, f"after new lengths: {res.status} {res.message}"
