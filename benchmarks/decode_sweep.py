@@ -14,7 +14,7 @@ defaults (and any `--extra TASK=solution.py`, e.g. a run's best), then:
    [50000, 10, 200, 3000, 77], 3 x 6000, 2 x 24000) times the FlashInfer configurations of the task's
    baseline.py (planned outside the timed region; the faster one is the reference point, measured before
    and after the variants, the better of the two kept), then every variant that passed: GPU time (a CUDA
-   graph of n x [L2 flush, call] minus one of n flushes, over n: ksearch.eval.gputime) and eager call
+   graph of n x [L2 flush, call] minus one of n flushes, over n: ksearch.eval.clocks.gputime) and eager call
    latency (n calls back to back, one synchronisation, over n); each timed output is compared with
    FlashInfer's (max abs difference, recorded);
 3. prints one row per (variant, shape): GPU us, FlashInfer / variant, eager us, eager ratio, and % of the
@@ -206,7 +206,7 @@ def check_variant(v: Variant, dry: bool) -> dict[str, Any]:
     try:
         import torch
 
-        from ksearch.eval.rules import check_outputs
+        from ksearch.eval.trusted.rules import check_outputs
         from ksearch.task import load_task
 
         task = load_task(v.task)
@@ -274,7 +274,7 @@ def _median(xs: list[float]) -> float:
 
 def time_call(call, dry: bool, graph: bool) -> tuple[float | None, float, Any]:
     """(GPU us or None, eager us, one output) of a zero-argument call."""
-    from ksearch.eval.gputime import eager_ms, graph_gpu_ms
+    from ksearch.eval.clocks.gputime import eager_ms, graph_gpu_ms
 
     if dry:
         t0 = time.perf_counter()

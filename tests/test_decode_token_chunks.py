@@ -22,7 +22,7 @@ import sys
 import pytest
 import torch
 
-from ksearch.eval.rules import check_outputs
+from ksearch.eval.trusted.rules import check_outputs
 from ksearch.instantiate.loader import load_entry_point
 from ksearch.task import load_task
 from ksearch.task.catalog import load_catalog
