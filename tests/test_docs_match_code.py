@@ -55,3 +55,17 @@ def test_benchmarks_opening_describes_the_current_timing_method():
     for needed in ("judge", "CUDA-graph", "n flushes", "CUPTI", "call latency", "physical floor"):
         assert needed.lower() in opening.lower(), needed
     assert "timed with CUDA events" not in opening and "the median is reported" not in opening
+
+
+def test_the_architecture_page_names_only_modules_that_exist():
+    """docs/architecture.md is drawn from the code: every package and module it names is there, and every
+    sub-package of ksearch/eval it describes (a moved or renamed module fails this)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`(ksearch/[\w/]+(?:\.py)?)/?`", text))
+    named |= {f"ksearch/{m}" for m in re.findall(r"(?<![\w/])((?:eval|cli|planner|store|world_model|instantiate|"
+                                                 r"task|viz|interop|llm)/[\w/]+\.py)", text)}
+    assert len(named) > 20, named
+    missing = sorted(p for p in named if not (ROOT / p).exists())
+    assert not missing, f"docs/architecture.md names what the code does not have: {missing}"
+    eval_packages = {p.name for p in (ROOT / "ksearch" / "eval").iterdir() if (p / "__init__.py").exists()}
+    assert eval_packages and all(f"`ksearch/eval/{p}/`" in text for p in eval_packages), eval_packages
