@@ -145,6 +145,8 @@ RULES: dict[str, Rule] = {
     "run.dir": text(optional=True),
     "run.seed": integer(0),
     "run.live": flag,
+    "memory.enabled": flag,
+    "memory.path": text(optional=True),
     "logger": one_of("none", "wandb", "mlflow"),
 }
 

@@ -23,3 +23,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _own_knowledge_store(tmp_path_factory, monkeypatch):
+    """Every test gets an empty knowledge store (ksearch/knowledge): runs in one test cannot steer
+    the runs of another through memory, and nothing is written to the user's real cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg_cache")))
