@@ -20,6 +20,7 @@ from ksearch.knowledge.recall import Recall, knobs_text
 
 STRONG_WEIGHT = 0.8
 WEAK_WEIGHT = 0.3
+MAX_CONFIDENCE = 0.9
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,11 @@ def _blend(prior: float, evidence: float, weight: float) -> float:
     return (1 - weight) * prior + weight * evidence
 
 
+def _confidence(prior: float, evaluations: int) -> float:
+    """Measurements raise confidence towards MAX_CONFIDENCE: one evaluation a third of the way."""
+    return prior + (MAX_CONFIDENCE - prior) * evaluations / (evaluations + 2) if prior < MAX_CONFIDENCE else prior
+
+
 def family_starts(priors: Sequence[CatalogPrior], recall: Recall) -> dict[str, FamilyStart]:
     """Each family's start; the catalog prior unchanged where the recall has nothing about it."""
     best = recall.best()
@@ -65,7 +71,7 @@ def family_starts(priors: Sequence[CatalogPrior], recall: Recall) -> dict[str, F
             out[p.family] = FamilyStart(
                 p.family, round(_blend(p.score, strong.relative, STRONG_WEIGHT), 4),
                 round(_blend(p.rating, 10 * strong.relative, STRONG_WEIGHT), 3),
-                round(min(0.9, max(p.confidence, 0.4 + 0.05 * strong.evaluations)), 3), round(expected, 6),
+                round(_confidence(p.confidence, strong.evaluations), 3), round(expected, 6),
                 dict(strong.best_knobs) if strong.best_score is not None else {},
                 f"MEMORY ({recall.gpu}): {strong.evaluations} evaluations in {strong.runs} earlier run(s), {result}")
         elif weak is not None:

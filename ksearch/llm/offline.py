@@ -174,7 +174,10 @@ class OfflineModel:
             node["notes"] += "\n" + start.note
         act.update(score=start.score, expected_speedup=start.expected_speedup)
         if settings:
-            act["title"] += f" at the settings that measured best before ({knobs_text(settings)})"
+            changed = {k: v for k, v in settings.items() if v != fam.knobs[k].default}
+            act["title"] += ", at its best settings so far"
+            act["description"] = (f"Start at the settings that measured best in earlier runs "
+                                  f"({knobs_text(changed) if changed else 'the defaults'}). {act['description']}")
             act["rationale"] = "catalog family at the knob settings that measured best in earlier runs"
             act["params"]["set"] = settings
 
