@@ -78,6 +78,7 @@ class RunConfig:
 @dataclass
 class MemoryConfig:
     enabled: bool = True                  # memory=off: neither read nor write the knowledge store
+    write: bool = True                    # false: start from the store but add nothing (arms compared on equal footing)
     path: Optional[str] = None            # the store's SQLite file (default: $XDG_CACHE_HOME/ksearch/knowledge.sqlite)
 
 

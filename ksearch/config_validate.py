@@ -146,6 +146,7 @@ RULES: dict[str, Rule] = {
     "run.seed": integer(0),
     "run.live": flag,
     "memory.enabled": flag,
+    "memory.write": flag,
     "memory.path": text(optional=True),
     "logger": one_of("none", "wandb", "mlflow"),
 }

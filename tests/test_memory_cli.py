@@ -96,3 +96,18 @@ def test_a_store_a_run_cannot_use_is_a_one_line_error_and_makes_no_run(tmp_path,
     text = _one_line_error(capsys)
     assert needle in text and "memory=off" in text
     assert not run_dir.exists()
+
+
+def test_policy_arms_runs_every_arm_from_the_same_memory(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from ksearch.app import compose_config
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "policy_arms.py"
+    spec = importlib.util.spec_from_file_location("policy_arms", path)
+    arms = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(arms)
+    assert compose_config(arms.memory_overrides(None)).memory.enabled is False
+    fixed = compose_config(arms.memory_overrides(tmp_path / "k.sqlite")).memory
+    assert fixed.enabled and not fixed.write and fixed.path == str(tmp_path / "k.sqlite")

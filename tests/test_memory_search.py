@@ -28,10 +28,10 @@ def deep_best(plan):
     return "PASSED", base * (1 + knobs.get("BLOCK_N", 64) / 256)
 
 
-def search(tmp_path, name, store_path, judge=deep_best, crash_at=None, enabled=True, **over):
+def search(tmp_path, name, store_path, judge=deep_best, crash_at=None, enabled=True, memory_write=True, **over):
     cfg = OmegaConf.merge(OmegaConf.structured(Config),
                           {"search": {"max_rounds": 12, **over}, "eval": {"validate": "none"},
-                           "memory": {"enabled": enabled, "path": str(store_path)}})
+                           "memory": {"enabled": enabled, "write": memory_write, "path": str(store_path)}})
     task = load_task(TASK)
     run = RunDir(tmp_path / name)
     if not run.exists():
@@ -154,3 +154,14 @@ def test_the_llm_is_told_what_earlier_runs_found(tmp_path):
     first_init = next(r for r in records(tmp_path / "first", "model") if r["request"]["kind"] == "init")
     assert "What earlier runs found" not in first_init["request"]["prompt"]
     assert "memory" not in first_init["request"]["context"]
+
+
+def test_memory_write_false_recalls_but_adds_nothing(tmp_path):
+    store = tmp_path / "k.sqlite"
+    s, ev, j, m = search(tmp_path, "first", store, max_rounds=4)
+    finish(s, j, m)
+    before = KnowledgeStore(store).rows()
+    s, ev, j, m = search(tmp_path, "reader", store, max_rounds=4, memory_write=False)
+    finish(s, j, m)
+    assert not Recall.model_validate(records(tmp_path / "reader", "memory")[0]["value"]).empty
+    assert KnowledgeStore(store).rows() == before

@@ -8,9 +8,10 @@ Where the evidence comes from: the store, or with `llm.replay=RUN_DIR` the recor
 record, so a replay asks exactly what the recorded run asked.
 
 Writes: every evaluation of a search candidate becomes rows (the whole workload set, then each region
-of the shape space it passed on) as soon as the owner of the search has it, unless memory is disabled
-or the run is a replay of a recording (its measurements are the recording's, already stored). A store
-that cannot be written is said once and the search goes on without it.
+of the shape space it passed on) as soon as the owner of the search has it, unless memory is disabled,
+`memory.write=false` (runs that must start from the same memory, e.g. arms of a comparison), or the run
+is a replay of a recording (its measurements are the recording's, already stored). A store that cannot
+be written is said once and the search goes on without it.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class RunMemory:
         replay = cfg.llm.get("replay") if hasattr(cfg.llm, "get") else getattr(cfg.llm, "replay", None)
         if not cfg.memory.enabled:
             return cls(task, recording=Path(str(replay)) if replay else None)
-        return cls(task, KnowledgeStore(store_path(cfg.memory)), write=not replay,
+        return cls(task, KnowledgeStore(store_path(cfg.memory)), write=bool(cfg.memory.write) and not replay,
                    recording=Path(str(replay)) if replay else None)
 
     def begin(self, run_start: Mapping[str, Any], run_path: Path, device: str, workload_set: str,
