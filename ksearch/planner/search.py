@@ -278,9 +278,9 @@ class Search:
         if isinstance(first, RunStart) and first.config:
             self.segments.replay_first(first.config)   # replay the first segment as it ran
         start = self.journal.event("run_start", check={"task": self.task.name, "workload_set": self.workload_set,
-                                               "device": self.device},
-                           workloads=[w.to_json() for w in self.workloads], model=self.model.name,
-                           config=to_plain(self.cfg))
+                                                       "device": self.device},
+                                   workloads=[w.to_json() for w in self.workloads], model=self.model.name,
+                                   config=to_plain(self.cfg))
         if self.journal.dropped_bytes:
             self.progress.message(f"the journal's last line was torn ({self.journal.dropped_bytes} bytes, a crash "
                                   f"while writing) and was dropped; that step is redone")
