@@ -204,3 +204,21 @@ def test_an_improve_request_carries_the_profile_of_the_cycles_best(tmp_path):
     journal.close()
     assert code.context["profile"] == p.to_json()
     assert "one call launches 2 kernels" in code.prompt
+
+
+def test_the_profile_driven_edit_applies_to_the_tree():
+    from ksearch.world_model import AttachedSolution, WorldModel
+
+    model, wm = OfflineModel(), WorldModel()
+    assert wm.apply_text(model.complete(ModelRequest("init", "init", "", {"task": TASK})).text, round_index=0,
+                         max_new_nodes=8).ok
+    wm.attach_solution("fam_split_kv", AttachedSolution("s1", None, 1, "PASSED", 1.0))
+    p = profile(spills=64, launches=2, pct_small=5.0)
+    ctx = {"task": TASK, "world_model": wm.to_json(), "node_id": "fam_split_kv", "score": 1.0, "best_score": 1.0,
+           "parent_score": None, "node_code": _code("split_kv"), **{"profile": p.to_json(), "profile_note": ""}}
+    res = wm.apply_text(model.complete(ModelRequest("edit", "after_success", "", ctx)).text, round_index=1,
+                        max_new_nodes=3)
+    assert res.ok, res.errors
+    assert [wm.node(n).action.params["set"] for n in res.new_node_ids] == [
+        {"BLOCK_N": 32}, {"NUM_STAGES": 1}, {"MIN_SPLIT_TOKENS": 16, "TARGET_CTAS": 1056}]
+    assert {"fam_fused_split_kv", "fam_grouped_heads"} <= set(res.changed_node_ids)
