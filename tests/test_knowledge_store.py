@@ -100,3 +100,13 @@ def test_a_file_that_is_no_store_is_a_one_line_error(tmp_path):
     with pytest.raises(StoreError) as e:
         KnowledgeStore(bad)
     assert "\n" not in str(e.value) and str(bad) in str(e.value) and "memory.path=" in str(e.value)
+
+
+def test_a_store_from_a_newer_ksearch_is_refused(tmp_path):
+    path = tmp_path / "k.sqlite"
+    KnowledgeStore(path).close()
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 99")
+    db.close()
+    with pytest.raises(StoreError, match="newer ksearch"):
+        KnowledgeStore(path)

@@ -138,6 +138,9 @@ class KnowledgeStore:
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except StoreError:
+            self._db.close()
+            raise
         except sqlite3.Error as e:
             self._db.close()
             raise StoreError(f"{self.path} is not a usable knowledge store ({e}); remove it or point "
