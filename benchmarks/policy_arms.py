@@ -11,6 +11,10 @@ final best's validate score, and writes everything as JSON.
 
 Anything after `--` is passed to every run as Hydra overrides. On a CPU keep --rounds small: every
 evaluation runs the Triton interpreter.
+
+Memory across runs (ksearch/knowledge): arms must not learn from each other, so by default every run has
+memory off; `--memory STORE` starts every arm from the same knowledge store (e.g. one an earlier run
+wrote) and lets none of them add to it.
 """
 
 from __future__ import annotations
@@ -26,14 +30,23 @@ ARMS = ("learned", "greedy", "random")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_arm(task: str, policy: str, seed: int, rounds: int, out: Path, extra: list[str]) -> Path:
+def memory_overrides(store: Path | None) -> list[str]:
+    """Every arm starts from the same memory (none, or `store`) and adds nothing to it."""
+    if store is None:
+        return ["memory.enabled=false"]
+    return [f"memory.path={store}", "memory.write=false"]
+
+
+def run_arm(task: str, policy: str, seed: int, rounds: int, out: Path, extra: list[str],
+            store: Path | None = None) -> Path:
     run_dir = out / task / f"{policy}_seed{seed}"
     if (run_dir / "journal.jsonl").is_file():
         cmd = [sys.executable, "-m", "ksearch.cli.main", "resume", str(run_dir), f"search.max_rounds={rounds}",
-               "run.live=false", *extra]
+               "run.live=false", *memory_overrides(store), *extra]
     else:
         cmd = [sys.executable, "-m", "ksearch.cli.main", "run", f"task={task}", f"search.policy={policy}",
-               f"run.seed={seed}", f"search.max_rounds={rounds}", f"run.dir={run_dir}", "run.live=false", *extra]
+               f"run.seed={seed}", f"search.max_rounds={rounds}", f"run.dir={run_dir}", "run.live=false",
+               *memory_overrides(store), *extra]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True)
     return run_dir
@@ -76,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "policy_arms")
+    p.add_argument("--memory", type=Path, default=None, metavar="STORE",
+                   help="start every arm from this knowledge store, adding nothing to it (default: memory off)")
     args = p.parse_args(argv)
     results: dict[str, dict[str, object]] = {}
     for task in args.task:
@@ -83,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         finals: dict[str, list[float | None]] = {a: [] for a in args.arms}
         for arm in args.arms:
             for seed in args.seeds:
-                c, v = curve(run_arm(task, arm, seed, args.rounds, args.out, extra))
+                c, v = curve(run_arm(task, arm, seed, args.rounds, args.out, extra, args.memory))
                 curves[arm].append(c)
                 finals[arm].append(v)
         n = max((len(c) for runs in curves.values() for c in runs), default=0)

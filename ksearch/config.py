@@ -232,12 +232,20 @@ class RunConfig(Checked):
 
 
 @dataclass
+class MemoryConfig:
+    enabled: bool = True                  # memory=off: neither read nor write the knowledge store
+    write: bool = True                    # false: start from the store but add nothing (arms compared on equal footing)
+    path: Optional[str] = None            # the store's SQLite file (default: $XDG_CACHE_HOME/ksearch/knowledge.sqlite)
+
+
+@dataclass
 class Config:
     task: TaskConfig = field(default_factory=TaskConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
     # fork.from=RUN_DIR fork.node=ID: start from the path root..ID of another run's tree ("from" is a
     # Python keyword, so this group is a checked mapping rather than a dataclass; see app.fork_settings).
     fork: Any = field(default_factory=lambda: {"from": None, "node": None})

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterable
 
 #: Config groups chosen with `group=option`; `task` options are the task folders.
-GROUPS = ("task", "llm", "search", "eval")
+GROUPS = ("task", "llm", "search", "eval", "memory")
 #: Keys that are settings but not fields of a dataclass (see ksearch/config.py: fork is a mapping).
 EXTRA_KEYS = ("fork.from", "fork.node")
 

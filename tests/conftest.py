@@ -1,5 +1,8 @@
+import atexit
 import importlib.util
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
@@ -23,3 +26,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# Every test starts with an empty knowledge store (ksearch/knowledge): runs in one test cannot steer the
+# runs of another through memory, and nothing reaches the user's real cache. The folder is set before any
+# test module is imported, because some build a subprocess environment from os.environ at import; only its
+# ksearch/ part is emptied per test (other tools' caches there, e.g. matplotlib's fonts, are kept).
+KNOWLEDGE_CACHE = tempfile.mkdtemp(prefix="ksearch-tests-cache-")
+os.environ["XDG_CACHE_HOME"] = KNOWLEDGE_CACHE
+atexit.register(shutil.rmtree, KNOWLEDGE_CACHE, True)
+
+
+@pytest.fixture(autouse=True)
+def _empty_knowledge_store(monkeypatch):
+    shutil.rmtree(os.path.join(KNOWLEDGE_CACHE, "ksearch"), ignore_errors=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", KNOWLEDGE_CACHE)

@@ -44,8 +44,10 @@ def scripted(monkeypatch):
 
 
 def run_search(run_dir: Path, *overrides: str):
+    # memory=off: each run starts from the catalog, as the first did (with memory, a later run would start
+    # from what the earlier ones found, and ask other questions than the recording holds)
     cfg = compose_config([f"run.dir={run_dir}", "run.live=false", f"search.max_rounds={ROUNDS}", "eval.device=cpu",
-                          *overrides])
+                          "memory=off", *overrides])
     return execute(cfg, run_dir, fresh=True)
 
 

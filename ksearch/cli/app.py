@@ -257,7 +257,32 @@ def preflight(cfg: DictConfig) -> None:
             import ray  # noqa: F401
         except ImportError:
             raise ConfigError("eval.pool=ray needs Ray: pip install 'ksearch[ray]' (or eval.pool=local)") from None
+    check_memory(cfg)
     check_llm_credentials(cfg)
+
+
+def check_memory(cfg: DictConfig) -> None:
+    """With memory on, its store must open (a folder it can write, a file that is a store)."""
+    if not cfg.memory.enabled:
+        return
+    from ksearch.knowledge.run_memory import store_path
+    from ksearch.knowledge.store import KnowledgeStore, StoreError
+
+    try:
+        KnowledgeStore(store_path(cfg.memory)).close()
+    except StoreError as e:
+        raise ConfigError(f"memory: {e}; pass a writable memory.path=FILE, or memory=off") from None
+
+
+def open_memory(cfg: DictConfig, task: Any) -> Any:
+    """The run's link to the knowledge store (ksearch/knowledge/run_memory.py), settings checked."""
+    from ksearch.knowledge.run_memory import RunMemory
+    from ksearch.knowledge.store import StoreError
+
+    try:
+        return RunMemory.for_run(cfg, task)
+    except StoreError as e:
+        raise ConfigError(f"memory: {e}; pass a writable memory.path=FILE, or memory=off") from None
 
 
 def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None):
@@ -312,13 +337,16 @@ def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: A
         except ValueError as e:
             raise ConfigError(str(e)) from None
 
+    memory = open_memory(cfg, task)
     if c.llm.replay and c.llm.replay_measurements:
         evaluator: Any = RecordedEvaluator(Path(c.llm.replay), pool, notify)
     else:
         evaluator = pool()
     try:
-        search = Search(c, task, model, evaluator, run, journal, workloads, set_name, device, progress, fork=fork)
+        search = Search(c, task, model, evaluator, run, journal, workloads, set_name, device, progress, fork=fork,
+                        memory=memory)
         return search.run()
     finally:
         evaluator.close()
         journal.close()
+        memory.close()

@@ -1,4 +1,5 @@
-"""The `ksearch` command: run (and sweeps), resume, show, report, compare, eval, bench, tasks, task new, export."""
+"""The `ksearch` command: run (and sweeps), resume, show, report, compare, eval, bench, tasks, task new, export,
+memory."""
 
 from __future__ import annotations
 
@@ -429,6 +430,31 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_memory(args: argparse.Namespace) -> int:
+    from ksearch.knowledge import commands as mem
+    from ksearch.viz.fit_table import Column, fit_table
+
+    path = mem.resolve_path(args.path)
+    if args.memory_command == "show":
+        summaries, total = mem.show_rows(path, args.task)
+        if not summaries:
+            console.print(f"the knowledge store {path} holds no evaluations yet (every `ksearch run` adds its own)",
+                          highlight=False)
+            return 0
+        columns = [Column(c, whole=c == "task") for c in mem.SUMMARY_COLUMNS]
+        rows = [[Text(c) for c in mem.summary_cells(s)] for s in summaries]
+        console.print(fit_table(columns, rows, console.width, title=f"knowledge store {path}"))
+        console.print(f"{total} rows (one per evaluation and shape region)", highlight=False)
+        return 0
+    if args.memory_command == "export":
+        n = mem.export(path, Path(args.out), args.format, args.task)
+        console.print(f"{n} rows of {path} written to {args.out}", highlight=False)
+        return 0
+    n = mem.clear(path, None if args.all else args.task)
+    console.print(f"removed {n} rows ({'all' if args.all else 'task ' + args.task}) from {path}", highlight=False)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every subcommand in one tree. Options may come before, between or after the Hydra overrides."""
     from ksearch import __version__
@@ -495,6 +521,25 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--format", choices=["flashinfer-bench"], default="flashinfer-bench")
     x.add_argument("--out", default=None, help="output folder (default RUN_DIR/export/flashinfer-bench)")
     x.set_defaults(fn=cmd_export)
+    m = sub.add_parser("memory", help="what runs remembered: `ksearch memory show|export|clear`")
+    msub = m.add_subparsers(dest="memory_command", required=True, metavar="ACTION")
+    where = dict(default=None, help="the knowledge store (default: $XDG_CACHE_HOME/ksearch/knowledge.sqlite, "
+                 "as memory.path= for runs)")
+    ms = msub.add_parser("show", help="a table per task and GPU: runs, evaluations, best family, knobs and score")
+    ms.add_argument("--task", default=None, help="only this task")
+    ms.add_argument("--path", **where)
+    me = msub.add_parser("export", help="every stored evaluation to a JSON or CSV file")
+    me.add_argument("out", help="the file to write (.json or .csv)")
+    me.add_argument("--format", choices=["json", "csv"], default=None, help="default: the file's suffix")
+    me.add_argument("--task", default=None, help="only this task")
+    me.add_argument("--path", **where)
+    mc = msub.add_parser("clear", help="forget the evaluations of one task (--task NAME) or all (--all)")
+    which = mc.add_mutually_exclusive_group(required=True)
+    which.add_argument("--task", default=None, help="forget this task's evaluations")
+    which.add_argument("--all", action="store_true", help="forget everything")
+    mc.add_argument("--path", **where)
+    for q in (ms, me, mc):
+        q.set_defaults(fn=cmd_memory)
     return p
 
 
@@ -514,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from ksearch.cli.app import ConfigError
     from ksearch.interop.export import ExportError
+    from ksearch.knowledge.commands import MemoryCommandError
+    from ksearch.knowledge.store import StoreError
     from ksearch.llm.base import ModelError
     from ksearch.cli.solution_file import SolutionFileError
     from ksearch.store import JournalCorrupted, JournalDivergence
@@ -528,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except (ConfigError, UnknownTaskError, ModelError, JournalDivergence, JournalCorrupted, SweepError,
             TrackingError, SolutionFileError, DefinitionError, ExportError, CatalogError, DatasetError, FileNotFoundError,
-            FileExistsError, NotADirectoryError, KeyError) as e:
+            FileExistsError, NotADirectoryError, KeyError, MemoryCommandError, StoreError) as e:
         print_error(e.args[0] if isinstance(e, KeyError) and e.args else e)     # KeyError's str() adds quotes
         return 2
     except OSError as e:

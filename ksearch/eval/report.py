@@ -152,6 +152,10 @@ class EvalReport:
     baseline_ms: dict[str, dict[str, float]] = field(default_factory=dict)
     trials: int = 0                 # timing trials per workload
     check_trials: int = 0           # checks on fresh inputs per workload
+    #: what the hardware said about the candidate's kernels (ksearch.profile.Profile.to_json()), or None with
+    #: the reason in profile_note (on a CPU the Triton interpreter compiles nothing to profile)
+    profile: dict[str, Any] | None = None
+    profile_note: str = ""
 
     @property
     def passed(self) -> bool:

@@ -8,6 +8,12 @@ It answers the three requests the way a careful engineer with a playbook would:
   the action's score and confidence and raises its difficulty;
 - code: renders the family's template with the knob settings of the base kernel plus the step's
   changes; debug/improve attempts try the nearest untried knob move from the cycle's best kernel.
+Two kinds of evidence beyond the catalog, when a request carries them:
+- memory (the initial request's `memory`, ksearch/knowledge): earlier runs' measurements set each
+  family's starting beliefs, and the best family starts at the knob settings that measured best;
+- a hardware profile (`profile`, ksearch/profile) of the kernel a step builds on: spills or low
+  occupancy put smaller tiles / fewer stages first, several launches per call raise the families that
+  fuse them into one, small shapes far from the physical limit put more splits first.
 Every kernel it writes starts with a `# ksearch-plan:` header recording its family and knobs, which is
 how it reads back what a base kernel was.
 """
@@ -20,12 +26,20 @@ import re
 import time
 from typing import Any
 
+from ksearch.knowledge.priors import CatalogPrior, FamilyStart, family_starts
+from ksearch.knowledge.recall import Recall, knobs_text
 from ksearch.llm.base import ModelReply, ModelRequest, Usage
+from ksearch.profile import Advice, Hint, advise, context_profile, hint_change
 from ksearch.task.catalog import Catalog, Family, load_catalog
 from ksearch.task import load_task
 
 PLAN_HEADER = "# ksearch-plan: "
 _HEADER_RE = re.compile(r"^# ksearch-plan: (\{.*\})\s*$", re.MULTILINE)
+_ONE_LAUNCH = re.compile(r"\b(one|single)[- ]launch", re.IGNORECASE)
+#: Priority of a step the profile asks for (above the catalog's tactics, which top out at 0.7).
+PROFILE_STEP_SCORE = 0.75
+#: How much a fused family's open actions gain when a kernel launches several kernels per call.
+FUSED_BOOST = 0.25
 
 
 def read_plan_header(code: str | None) -> dict[str, Any] | None:
@@ -51,6 +65,27 @@ def knob_moves(family: Family, knobs: dict[str, Any]) -> list[dict[str, Any]]:
             if 0 <= j < len(k.values):
                 moves.append({k.name: k.values[j]})
     return moves
+
+
+def is_fused(family: Family) -> bool:
+    """A family whose kernel is one launch per call (by its name or its own description)."""
+    return "fused" in family.name.lower() or bool(_ONE_LAUNCH.search(f"{family.title} {family.description}"))
+
+
+def listed_settings(family: Family, knobs: dict[str, Any]) -> dict[str, Any]:
+    """Those of `knobs` that the family lists (name and value)."""
+    return {k: v for k, v in knobs.items() if k in family.knobs and v in family.knobs[k].values}
+
+
+def profile_moves(family: Family, knobs: dict[str, Any], advice: Advice) -> list[tuple[Hint, dict[str, Any]]]:
+    """The knob changes the profile's hints ask for, in the hints' order (each non-empty, from `knobs`)."""
+    values = {k.name: k.values for k in family.knobs.values()}
+    out = []
+    for hint in advice.hints:
+        change = hint_change(hint, knobs, values)
+        if change:
+            out.append((hint, change))
+    return out
 
 
 def valid_knobs(family: Family, knobs: dict[str, Any]) -> dict[str, Any]:
@@ -93,10 +128,11 @@ class OfflineModel:
 
     # ---- initial world model -------------------------------------------------------------------
     def _init(self, cat: Catalog, ctx: dict[str, Any]) -> dict[str, Any]:
+        starts = self._starts(cat, ctx)
         ops = []
-        for fam in sorted(cat.families, key=lambda f: -f.prior.score):
+        for fam in sorted(cat.families, key=lambda f: -(starts[f.name].score if starts else f.prior.score)):
             p = fam.prior
-            ops.append({"op": "insert_node", "parent_id": "root", "node": {
+            node = {
                 "node_id": f"fam_{fam.name}",
                 "decision": "kernel family", "choice": fam.title,
                 "rating": p.rating, "confidence": p.confidence,
@@ -105,14 +141,45 @@ class OfflineModel:
                            "rationale": "catalog family, default knobs", "difficulty": p.difficulty,
                            "score": p.score, "expected_speedup": p.expected_speedup,
                            "params": {"family": fam.name, "set": {}}},
-            }})
+            }
+            if starts:
+                self._start_from_memory(node, fam, starts[fam.name])
+            ops.append({"op": "insert_node", "parent_id": "root", "node": node})
         summary = (f"{ctx['task']}: {len(cat.families)} candidate families from the strategy catalog "
                    f"({', '.join(f.name for f in cat.families)}). Beliefs start at the catalog priors and "
                    f"move with each measurement.")
+        if starts:
+            summary += " Earlier runs' measurements (memory) moved the starting beliefs."
         questions = ["Which family is fastest across the workload mix?",
                      "How much does tile size matter once the family is fixed?",
                      "Is the kernel latency-bound (small batches) or bandwidth-bound (large ones)?"]
         return {"kernel_summary": summary, "open_questions": questions, "ops": ops}
+
+    @staticmethod
+    def _starts(cat: Catalog, ctx: dict[str, Any]) -> dict[str, FamilyStart] | None:
+        """Each family's start from the recalled evidence (None without memory)."""
+        if not ctx.get("memory"):
+            return None
+        recall = Recall.model_validate(ctx["memory"])
+        priors = [CatalogPrior(f.name, f.prior.score, f.prior.rating, f.prior.confidence, f.prior.expected_speedup)
+                  for f in cat.families]
+        return family_starts(priors, recall)
+
+    @staticmethod
+    def _start_from_memory(node: dict[str, Any], fam: Family, start: FamilyStart) -> None:
+        act = node["action"]
+        settings = listed_settings(fam, start.knobs)
+        node.update(rating=start.rating, confidence=start.confidence)
+        if start.note:
+            node["notes"] += "\n" + start.note
+        act.update(score=start.score, expected_speedup=start.expected_speedup)
+        if settings:
+            changed = {k: v for k, v in settings.items() if v != fam.knobs[k].default}
+            act["title"] += ", at its best settings so far"
+            act["description"] = (f"Start at the settings that measured best in earlier runs "
+                                  f"({knobs_text(changed) if changed else 'the defaults'}). {act['description']}")
+            act["rationale"] = "catalog family at the knob settings that measured best in earlier runs"
+            act["params"]["set"] = settings
 
     # ---- tree edits ----------------------------------------------------------------------------
     def _edit(self, cat: Catalog, purpose: str, ctx: dict[str, Any]) -> dict[str, Any]:
@@ -125,9 +192,11 @@ class OfflineModel:
             node = nodes[ctx["node_id"]]
             score = ctx["score"]
             plan = read_plan_header(ctx.get("node_code")) or {}
+            advice = advise(context_profile(ctx))
             ops.append({"op": "update_node", "node_id": node["node_id"], "patch": self._rerate(node, score, best, ctx)})
             ops += self._family_beliefs(nodes, plan.get("family"), score, best)
-            ops += self._children(cat, nodes, node, plan, score, budget)
+            ops += self._fused_boost(cat, nodes, plan.get("family"), advice, ops)
+            ops += self._children(cat, nodes, node, plan, score, budget, advice)
         elif purpose == "after_failure":
             node = nodes[ctx["node_id"]]
             act = node["action"] or {}
@@ -167,6 +236,26 @@ class OfflineModel:
         return out
 
     @staticmethod
+    def _fused_boost(cat: Catalog, nodes: dict[str, Any], family: str | None, advice: Advice,
+                     ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Several launches per call: open actions of the other families that are one launch gain priority."""
+        if Hint.FUSED_FAMILY not in advice.hints:
+            return []
+        fused = {f.name for f in cat.families if is_fused(f) and f.name != family}
+        touched = {op.get("node_id") for op in ops if op.get("op") == "update_node"}
+        out = []
+        for n in nodes.values():
+            act = n.get("action")
+            if not act or n.get("solution") or n.get("retired") or n["node_id"] in touched:
+                continue
+            if act.get("params", {}).get("family") in fused:
+                out.append({"op": "update_node", "node_id": n["node_id"], "patch": {
+                    "action": {"score": round(min(1.0, act["score"] + FUSED_BOOST), 4)},
+                    "notes": (n.get("notes", "") + f"\nPROFILE of a sibling family: {'; '.join(advice.reasons)}; "
+                              f"this family is one launch per call").strip()}})
+        return out
+
+    @staticmethod
     def _rerate(node: dict[str, Any], score: float, best: float | None, ctx: dict[str, Any]) -> dict[str, Any]:
         ref = max(best or score, score, 1e-12)
         rating = 10.0 * min(1.0, score / ref) ** 0.5 * min(1.0, 0.5 + 0.5 * min(score, 1.0))
@@ -198,8 +287,9 @@ class OfflineModel:
         return ops
 
     def _children(self, cat: Catalog, nodes: dict[str, Any], parent: dict[str, Any], plan: dict[str, Any],
-                  score: float, budget: int) -> list[dict[str, Any]]:
-        """Up to `budget` next steps under a closed node: untried catalog tactics, then single-knob moves."""
+                  score: float, budget: int, advice: Advice = Advice((), ())) -> list[dict[str, Any]]:
+        """Up to `budget` next steps under a closed node: what its profile asks for, then untried catalog
+        tactics, then single-knob moves."""
         fam_name = plan.get("family") or (parent.get("action") or {}).get("params", {}).get("family")
         if not fam_name:
             return []
@@ -214,6 +304,10 @@ class OfflineModel:
             on_path.add((cur.get("action") or {}).get("params", {}).get("tactic"))
             cur = nodes.get(cur.get("parent_id") or "")
         candidates = []
+        why = "; ".join(advice.reasons)
+        for i, (hint, change) in enumerate(profile_moves(fam, knobs, advice)):
+            title = f"{hint.value.replace('_', ' ').capitalize()}: {knobs_text(change)}"
+            candidates.append((PROFILE_STEP_SCORE - 0.01 * i, title, f"profile: {why}", change, None, None))
         for t in fam.tactics:
             change = {k: v for k, v in t.settings.items() if knobs.get(k) != v}
             if change and t.name not in on_path:
@@ -258,7 +352,9 @@ class OfflineModel:
                 knobs = valid_knobs(fam, start.get("knobs", {}))
             tried = [read_plan_header(c) for c in ctx.get("cycle_codes", [])]
             tried_keys = {json.dumps(t.get("knobs", {}), sort_keys=True) for t in tried if t}
-            for move in knob_moves(fam, knobs):
+            asked = [{k: v} for _, change in profile_moves(fam, knobs, advise(context_profile(ctx)))
+                     for k, v in change.items()]
+            for move in asked + knob_moves(fam, knobs):
                 cand = {**knobs, **move}
                 if json.dumps(cand, sort_keys=True) not in tried_keys:
                     knobs = cand

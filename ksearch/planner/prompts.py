@@ -15,6 +15,7 @@ import jinja2
 from ksearch.eval.report import BaselineTimes, EvalReport
 from ksearch.instantiate.language import CUDA, language_of
 from ksearch.llm.base import ModelRequest
+from ksearch.profile import read_profile, render_profile
 from ksearch.task import Task
 
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ class Prompts:
         action_text = f"[{node.node_id}] {a.title}: {a.description} (why: {a.rationale})"
         current = state.codes[-1] if state.codes else ""
         best_code = state.best[0] if state.best else ""
+        # improving: what the hardware said about the kernel the next attempt starts from
+        profile = read_profile(state.best[1].to_json()) if mode == "improve" and state.best else None
         prompt = self.render(
             "code.j2", language, entry="run",
             signature=", ".join(self.task.definition.input_names),
@@ -63,10 +66,12 @@ class Prompts:
             current_code=current, current_fence=fence(current),
             last_result=state.last.summary() if state.last else "",
             cycle_best_code=best_code, cycle_best_fence=fence(best_code),
-            cycle_best_score=fmt(state.best[1].score if state.best else None))
+            cycle_best_score=fmt(state.best[1].score if state.best else None),
+            profile=render_profile(profile) if profile else "")
         context = {"task": self.task.name, "node_id": node.node_id, "action_params": a.params, "mode": mode,
                    "attempt": attempt, "base_code": state.base_code, "cycle_codes": list(state.codes),
-                   "cycle_best_code": state.best[0] if state.best else None}
+                   "cycle_best_code": state.best[0] if state.best else None,
+                   **(profile.to_context() if profile else {})}
         return ModelRequest("code", mode, prompt, context)
 
 

@@ -22,6 +22,8 @@ from typing import Any, Protocol
 from ksearch.config import Config, to_plain
 from ksearch.eval.report import BaselineTimes, EvalReport
 from ksearch.instantiate import CodeExtractionError, Solution, solution_from_text
+from ksearch.knowledge.recall import render_recall
+from ksearch.knowledge.run_memory import RunMemory
 from ksearch.llm.base import Model, ModelError, ModelRequest
 from ksearch.planner.budget import BudgetSpent, Spend, model_budget_reason
 from ksearch.planner.cycle import Attempt, CycleState
@@ -32,6 +34,7 @@ from ksearch.planner.settings import (CHANGEABLE_EVAL_KEYS, CHANGEABLE_SECTIONS,
                                       settings_diff)
 from ksearch.planner.regions import RegionBoard, finish_with_dispatch
 from ksearch.planner.validation import Validation
+from ksearch.profile import read_profile, render_profile
 from ksearch.store import Journal, RunDir
 from ksearch.store.best_manifest import BestMember
 from ksearch.store.fork import ForkSeed, seed_record
@@ -95,8 +98,9 @@ class CloseRequest:
 class Search:
     def __init__(self, cfg: Config, task: Task, model: Model, evaluator: EvaluatorLike, run: RunDir,
                  journal: Journal, workloads: list[Workload], workload_set: str, device: str,
-                 progress: Progress | None = None, fork: ForkSeed | None = None):
+                 progress: Progress | None = None, fork: ForkSeed | None = None, memory: RunMemory | None = None):
         self.task, self.model, self.evaluator = task, model, evaluator
+        self.memory = memory or RunMemory.disabled(task)      # the knowledge store across runs
         self.run_dir, self.journal, self.workloads = run, journal, workloads
         self.workload_set, self.device = workload_set, device
         self.progress = progress or NullProgress()
@@ -273,10 +277,10 @@ class Search:
         first = parse_record(self.journal.recorded[0]) if self.journal.recorded else None
         if isinstance(first, RunStart) and first.config:
             self.segments.replay_first(first.config)   # replay the first segment as it ran
-        self.journal.event("run_start", check={"task": self.task.name, "workload_set": self.workload_set,
-                                               "device": self.device},
-                           workloads=[w.to_json() for w in self.workloads], model=self.model.name,
-                           config=to_plain(self.cfg))
+        start = self.journal.event("run_start", check={"task": self.task.name, "workload_set": self.workload_set,
+                                                       "device": self.device},
+                                   workloads=[w.to_json() for w in self.workloads], model=self.model.name,
+                                   config=to_plain(self.cfg))
         if self.journal.dropped_bytes:
             self.progress.message(f"the journal's last line was torn ({self.journal.dropped_bytes} bytes, a crash "
                                   f"while writing) and was dropped; that step is redone")
@@ -284,11 +288,14 @@ class Search:
         self.prompts.baseline = BaselineTimes.from_json(self.journal.memo(
             "baseline", key, lambda: self.evaluator.measure_baselines(self.workloads).to_json()))
         self.progress.message(f"baseline: {self.baseline.label}")
+        self.memory.begin(start, self.run_dir.path, self.device, self.workload_set, self.baseline.env)
         if self.fork is not None:
             self._start_from_fork(self.fork)
         else:
-            prompt = self.prompts.render("init.j2", self.cfg.search.language, min_families=2, max_new_nodes=8)
-            res = self._edit("init", prompt, {"task": self.task.name}, max_new_nodes=8)
+            recalled = self.memory.recall(self.journal, self.progress.message)     # journaled: resume replays it
+            prompt = self.prompts.render("init.j2", self.cfg.search.language, min_families=2, max_new_nodes=8,
+                                         memory=render_recall(recalled))
+            res = self._edit("init", prompt, {"task": self.task.name, **recalled.context()}, max_new_nodes=8)
             if not res.ok:
                 raise RuntimeError(f"the model could not build an initial world model: {res.errors}")
         if self.cfg.search.seed_solution:
@@ -502,6 +509,9 @@ class Search:
             # by the owner, in cycle order: deterministic
             self.regions.observe(a.solution_id, a.report, state.node.node_id)
             self._consider_best(a.report, a.solution_id, state.node.node_id, a.round)
+            self.memory.observe(self.wm, state.node, solution_id=a.solution_id, round_index=a.round, code=a.code,
+                                report=a.report, region_scores=self.regions.region_scores(a.report),
+                                notify=self.progress.message)
         self.wm.record_attempt(state.node.node_id)
         self.progress.attempt_done(a.round, a.report, self.best.score if self.best else None)
 
@@ -516,11 +526,12 @@ class Search:
         if state.passed:
             assert state.best is not None
             code, report = state.best
-            context.update(score=report.score, node_code=code)
+            profile = read_profile(report.to_json())
+            context.update(score=report.score, node_code=code, **profile.to_context())
             cal = calibration(wm)
             predicted = node.action.expected_speedup if node.action else None
             purpose, template = "after_success", "refine.j2"
-            kw = dict(evidence=evidence(report), code=code, fence=fence(code),
+            kw = dict(evidence=evidence(report), code=code, fence=fence(code), profile=render_profile(profile),
                       parent_score=fmt(state.base_score if state.base_score is not None else 1.0),
                       predicted=fmt(predicted), calibration=fmt(cal.factor) if cal.n else "")
         else:

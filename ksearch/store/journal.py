@@ -69,7 +69,8 @@ def read_journal(path: Path) -> tuple[list[dict[str, Any]], int]:
 
 class Journal:
     # Kinds whose values come from outside the deterministic loop; replay returns the recorded value.
-    MEMO_KINDS = ("model", "evaluation", "baseline", "remeasure", "validate")   # [shapes] + validate
+    MEMO_KINDS = ("model", "evaluation", "baseline", "remeasure", "validate",   # [shapes] + validate
+                  "memory")                   # what the knowledge store gave the run (ksearch/knowledge)
     # Kinds that inform rather than decide: replay hands them to `on_info` instead of matching them.
     INFO_KINDS = ("config", "model_failed")
 

@@ -772,6 +772,9 @@ class Judge:
         for c in self.cands:
             c.report.env = dict(env)
             c.report.elapsed_s = time.perf_counter() - t_start
+            if c.report.profile is None and not c.report.profile_note:
+                c.report.profile_note = ("no profile on a CPU: the Triton interpreter compiles nothing" if not self.on_gpu
+                                         else "the judge does not collect profiles yet")
 
 
 def _signal_groups(groups: list[int], sig: int) -> None:
