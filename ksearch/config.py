@@ -232,10 +232,13 @@ class RunConfig(Checked):
 
 
 @dataclass
-class MemoryConfig:
+class MemoryConfig(Checked):
+    GROUP: ClassVar[str] = "memory"
+
     enabled: bool = True                  # memory=off: neither read nor write the knowledge store
     write: bool = True                    # false: start from the store but add nothing (arms compared on equal footing)
-    path: Optional[str] = None            # the store's SQLite file (default: $XDG_CACHE_HOME/ksearch/knowledge.sqlite)
+    # the store's SQLite file (default: $XDG_CACHE_HOME/ksearch/knowledge.sqlite)
+    path: Optional[str] = setting(None, text(optional=True))
 
 
 @dataclass

@@ -11,6 +11,7 @@ from ksearch.knowledge.store import EvaluationRow
 from ksearch.llm.base import ModelRequest
 from ksearch.llm.offline import OfflineModel
 from ksearch.task import load_task
+from ksearch.task.definition import Axis
 
 TASK = "gqa_paged_decode_h32_kv4_d128_ps1"
 
@@ -90,10 +91,8 @@ def test_weak_evidence_moves_the_offline_models_beliefs_but_sets_no_knobs():
 
 def test_the_signature_is_the_definition_not_the_name():
     d = load_task(TASK).definition
-    import dataclasses
-
-    renamed = dataclasses.replace(d, name="my_copy", description="another text")
-    more_heads = dataclasses.replace(d, axes={**d.axes, "num_qo_heads": {"type": "const", "value": 64}})
+    renamed = d.model_copy(update={"name": "my_copy", "description": "another text"})
+    more_heads = d.model_copy(update={"axes": {**d.axes, "num_qo_heads": Axis(type="const", value=64)}})
     assert signature_of(renamed).digest == signature_of(d).digest
     assert signature_of(more_heads).digest != signature_of(d).digest
     assert signature_of(more_heads).op_type == signature_of(d).op_type

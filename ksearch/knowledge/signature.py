@@ -30,7 +30,7 @@ def canonical(definition: Any) -> dict[str, Any]:
     def tensors(group: Any) -> list[list[Any]]:
         return [[t.name, list(t.shape) if t.shape is not None else None, t.dtype] for t in group]
 
-    axes = {k: (int(v["value"]) if v.get("type") == "const" else "var") for k, v in sorted(definition.axes.items())}
+    axes = {k: (int(v.value) if v.type == "const" else "var") for k, v in sorted(definition.axes.items())}
     return {"op_type": definition.op_type, "axes": axes, "inputs": tensors(definition.inputs),
             "outputs": tensors(definition.outputs)}
 
