@@ -5,7 +5,6 @@ from ksearch.eval.interpreter import prepare_interpreter
 
 prepare_interpreter()  # before anything imports a Triton kernel
 
-import json
 
 import pytest
 from omegaconf import OmegaConf
@@ -19,7 +18,9 @@ from ksearch.instantiate.loader import load_module_from_source
 from ksearch.task.catalog import load_catalog
 from ksearch.llm.offline import OfflineModel, read_plan_header
 from ksearch.planner.regions import RegionBoard
-from ksearch.planner.search import Search
+from ksearch.planner.search import Search, Services, Target
+from ksearch.store import read_records
+from ksearch.store import records as R
 from ksearch.store import Journal, RunDir
 from ksearch.task import load_task
 from ksearch.task.regions import scheme_of
@@ -105,7 +106,7 @@ def test_region_board_keeps_the_best_kernel_per_region():
     assert board.observe("c", EvalReport("c", "INCORRECT_NUMERICAL", "cpu")) == []
     assert board.holders() in (["a", "b"], ["b", "a"])
     assert board.weakest().score == 1.0
-    ctx = board.context({"a": '# ksearch-plan: {"family": "split_kv", "knobs": {}}\n'})
+    ctx = board.context({"a": '# ksearch-plan: {"family": "split_kv", "knobs": {}}\n'}.get)
     assert ctx["weakest_region_family"] in ("split_kv", None) and len(ctx["regions"]) == 3
     assert "weakest" in board.render()
 
@@ -139,8 +140,8 @@ def _run(path, ev, validate="auto"):
         run.create(OmegaConf.to_yaml(cfg))
     j = Journal(run.journal_path, fsync=False)
     try:
-        return Search(cfg, _task, OfflineModel(cfg.search.max_new_nodes), ev, run, j, _task.workload_set("tiny"),
-                      "tiny", "cpu").run()
+        return Search(cfg, Target(_task, _task.workload_set("tiny"), "tiny", "cpu"),
+                      Services(OfflineModel(cfg.search.max_new_nodes), ev), run, j).run()
     finally:
         j.close()
 
@@ -148,14 +149,14 @@ def _run(path, ev, validate="auto"):
 def test_search_ends_with_a_dispatched_best_that_replays(tmp_path):
     ev = RegionalEvaluator(None)
     out = _run(tmp_path / "r", ev)
-    recs = [json.loads(x) for x in (tmp_path / "r" / "journal.jsonl").read_text().splitlines()]
-    disp = [r for r in recs if r["kind"] == "dispatch"]
-    assert len(disp) == 1 and disp[0]["composed"] and disp[0]["accepted"], disp
-    assert len(disp[0]["members"]) == 2 and disp[0]["regions"]
-    assert out.best.solution_id == disp[0]["solution_id"] and out.best.validate_score is not None
+    recs = read_records(tmp_path / "r" / "journal.jsonl")[0]
+    disp = R.of_kind(recs, R.Dispatch)
+    assert len(disp) == 1 and disp[0].composed and disp[0].accepted, disp
+    assert len(disp[0].members) == 2 and disp[0].regions
+    assert out.best.solution_id == disp[0].solution_id and out.best.validate_score is not None
     best_src = (tmp_path / "r" / "best" / "solution.py").read_text()
     assert best_src.startswith("# ksearch-dispatch: ") and "def run(" in best_src
-    model_reqs = [r for r in recs if r["kind"] == "model" and "weakest_region" in (r["request"]["context"] or {})]
+    model_reqs = [r for r in R.of_kind(recs, R.ModelCall) if "weakest_region" in (r.request["context"] or {})]
     assert model_reqs, "edits after two regions have a best carry the per-region evidence"
     ev2 = RegionalEvaluator(None)
     again = _run(tmp_path / "r", ev2)
@@ -164,8 +165,7 @@ def test_search_ends_with_a_dispatched_best_that_replays(tmp_path):
 
 def test_no_dispatch_without_validation(tmp_path):
     out = _run(tmp_path / "r", RegionalEvaluator(None), validate="none")
-    recs = [json.loads(x) for x in (tmp_path / "r" / "journal.jsonl").read_text().splitlines()]
-    assert not [r for r in recs if r["kind"] == "dispatch"]
+    assert not R.of_kind(read_records(tmp_path / "r" / "journal.jsonl")[0], R.Dispatch)
     assert read_plan_header((tmp_path / "r" / "best" / "solution.py").read_text()) is not None
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 
 from ksearch.cli import main
+from ksearch.store import read_records
+from ksearch.store import records as R
 from ksearch.fib import FibSolution, FibTrace, from_fib, to_fib
 from ksearch.instantiate.solution import Solution, solution_from_text
 from ksearch.task.catalog import load_catalog
@@ -63,9 +65,8 @@ def searched(tmp_path_factory):
 
 def test_the_seed_solution_json_was_judged_first(searched):
     _, run, seed = searched
-    first = next(json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()
-                 if json.loads(line).get("kind") == "evaluation")
-    assert first["node_id"] == "root" and first["value"]["status"] == "PASSED"
+    first = R.of_kind(read_records(run / "journal.jsonl")[0], R.Evaluation)[0]
+    assert first.node_id == "root" and first.value["status"] == "PASSED"
     assert solution_from_text("rmsnorm_h4096", seed.read_text()).main_source.count("run = rmsnorm_forward") == 1
 
 

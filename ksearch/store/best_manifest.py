@@ -117,25 +117,23 @@ def manifest_from_history(history: Any, ids: Any = None) -> BestManifest | None:
     ids = ids if ids is not None else ShortIds.from_history(history)
     if wm is not None:
         ids.covering(wm)
-    held = next((r for r in reversed(history.by_kind.get("best", [])) if r.get("solution_id") == best.solution_id), {})
     report = history.best_report()
     score_name = (report.score_name if report and report.score_name else "score")
     baseline = (report.baseline if report and report.baseline else
                 history.baseline.label if history.baseline else "the baseline")
     common = dict(score=best.score, score_name=score_name, baseline=baseline, solution_id=best.solution_id,
                   round=best.round, file=_file_of(history, best.solution_id),
-                  validate_score=held.get("validate_score"), validate_set=held.get("validate_set"))
+                  validate_score=best.validate_score, validate_set=best.validate_set)
     dispatch = _dispatch_record(history, best.solution_id)
     if dispatch is None:
         return BestManifest(BestKind.KERNEL, members=(member(best.node_id, best.solution_id, ids, wm),), **common)
     regions: dict[str, list[str]] = {}
-    for row in dispatch.get("regions") or []:
+    for row in dispatch.regions or []:
         if isinstance(row, dict) and row.get("solution_id"):
             regions.setdefault(row["solution_id"], []).append(str(row.get("region")))
-    nodes = dispatch.get("member_nodes") or {}
-    fallback = dispatch.get("fallback")
+    nodes = dispatch.member_nodes or {}
     members = tuple(member(nodes.get(sid) or _node_of(history, sid, "?"), sid, ids, wm, tuple(regions.get(sid, ())),
-                           sid == fallback) for sid in dispatch.get("members") or [])
+                           sid == dispatch.fallback) for sid in dispatch.members or [])
     return BestManifest(BestKind.DISPATCH, members=members, **common)
 
 
@@ -146,10 +144,10 @@ def member(node_id: str, solution_id: str, ids: Any, wm: Any, regions: tuple[str
     return BestMember(solution_id, node_id, ids.short(node_id), step, regions, fallback)
 
 
-def _dispatch_record(history: Any, solution_id: str) -> dict[str, Any] | None:
-    """The accepted `dispatch` record that composed `solution_id`, if it is one."""
-    for r in reversed(history.by_kind.get("dispatch", [])):
-        if r.get("solution_id") == solution_id and r.get("accepted"):
+def _dispatch_record(history: Any, solution_id: str) -> Any:
+    """The accepted `dispatch` record (store/records.py) that composed `solution_id`, if it is one."""
+    for r in reversed(history.run_state.dispatches):
+        if r.solution_id == solution_id and r.accepted:
             return r
     return None
 

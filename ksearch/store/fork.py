@@ -15,7 +15,8 @@ from typing import Any
 
 from ksearch.instantiate.solution import Solution
 from ksearch.store import records as R
-from ksearch.store.short_ids import ShortIds
+from ksearch.store.journal import read_records
+from ksearch.store.state import fold
 from ksearch.world_model import WorldModel
 
 
@@ -37,18 +38,17 @@ class ForkSeed:
 
 def load_fork(source: Path, node_id: str | None) -> ForkSeed:
     source = Path(source)
-    records, _ = R.read_records(source / "journal.jsonl")
+    records, _ = read_records(source / "journal.jsonl")
     if not records:
         raise ForkError(f"fork.from={source} is not a run directory with a journal; pass a directory written by "
                         f"`ksearch run`")
-    start: R.RunStart | None = next(iter(R.of_kind(records, R.RunStart)), None)
-    trees = [r.tree for r in R.of_kind(records, R.TreeSnapshot) if r.tree]
-    if start is None or not trees:
+    state = fold(records)
+    start, full = state.start, state.world_model()
+    if start is None or full is None or state.snapshot is None:
         raise ForkError(f"fork.from={source}: the run never built its world model, so there is nothing to fork")
-    full = WorldModel.from_json(trees[-1])
     if not node_id:
         raise ForkError(f"fork.from needs fork.node=ID too (a node of {source}; `ksearch show {source}` lists them)")
-    ids = ShortIds.from_snapshots(trees).covering(full)
+    ids = state.short_ids.covering(full)
     try:
         node_id = ids.resolve(str(node_id), full)        # the short ids `ksearch show` prints, or full ids
     except KeyError:
@@ -57,11 +57,11 @@ def load_fork(source: Path, node_id: str | None) -> ForkSeed:
                         + (" ..." if len(shown) > 20 else "") + f" (`ksearch show {source}` lists them)") from None
     path = full.path(node_id)
     keep = {n.node_id for n in path}
-    tree = dict(trees[-1])
+    tree = dict(state.snapshot)
     tree["nodes"] = [n.to_json() for n in path]
     tree["active_leaf_id"] = node_id if node_id in keep else "root"
     reports: dict[str, dict[str, Any]] = {}
-    for r in R.of_kind(records, R.Evaluation):   # the attached kernel's measurement: its last evaluation
+    for r in state.evaluations:                 # the attached kernel's measurement: its last evaluation
         if r.solution_id:
             reports[r.solution_id] = r.value
     solutions = []
@@ -86,7 +86,7 @@ def seed_record(seed: ForkSeed) -> dict[str, Any]:
 
 def seed_from_own_journal(run_path: Path) -> ForkSeed | None:
     """The seed a forked run started from, read back from its own journal and solution store."""
-    records, _ = R.read_records(Path(run_path) / "journal.jsonl")
+    records, _ = read_records(Path(run_path) / "journal.jsonl")
     rec: R.Fork | None = next(iter(R.of_kind(records, R.Fork)), None)
     if rec is None or rec.seed is None:
         return None
