@@ -19,7 +19,7 @@ from ksearch.planner.recorder import Recorder
 from ksearch.planner.settings import Segments
 from ksearch.planner.validation import Validation
 from ksearch.store import records as R
-from ksearch.store.best_manifest import BestKind, BestManifest, BestMember
+from ksearch.store.best_manifest import BestKind, BestManifest, BestMember, Measured
 from ksearch.store.rundir import atomic_write
 from ksearch.store.state import Best
 
@@ -101,6 +101,6 @@ def manifest(kind: BestKind, report: EvalReport, solution_id: str, round_index: 
              validate_set: str | None) -> BestManifest:
     """best/manifest.json for a new best (see ksearch/store/best_manifest.py)."""
     assert report.score is not None
-    return BestManifest(kind, report.score, report.score_name or "score", report.baseline, solution_id,
-                        round_index, members, "solution.cu" if language == "cuda" else "solution.py",
-                        validate_score, validate_set)
+    measured = Measured(report.score, report.score_name or "score", report.baseline, validate_score, validate_set)
+    return BestManifest(kind, solution_id, round_index, members, measured,
+                        "solution.cu" if language == "cuda" else "solution.py")

@@ -35,7 +35,7 @@ from ksearch.planner.steps import CycleSteps
 from ksearch.planner.validation import Validation
 from ksearch.store import Journal, RunDir
 from ksearch.store import records as R
-from ksearch.store.fork import ForkSeed, seed_record
+from ksearch.store.fork import ForkSeed, MeasuredOn, seed_record
 from ksearch.store.state import Best, RunState, Spend
 from ksearch.world_model import AttachedSolution, WorldModel
 from ksearch.world_model.tree import ROOT_ID
@@ -143,7 +143,7 @@ class Search:
         """The path root..node of another run, with its kernels; measurements carried over only when the
         task, workload set and device match, else the path's kernels are measured again here."""
         t = self.target
-        comparable = (seed.task, seed.workload_set, seed.device) == (t.task.name, t.workload_set, t.device)
+        comparable = seed.measured_on == MeasuredOn(t.task.name, t.workload_set, t.device)
         # the record makes the seed's tree the run's, and carries its measurements over when comparable
         self.recorder.write(R.Fork(source=seed.source, node=seed.node_id, seed=seed_record(seed),
                                    measurements="carried over" if comparable else "re-measured"))

@@ -43,17 +43,30 @@ class BestMember:
 
 
 @dataclass(frozen=True)
-class BestManifest:
-    kind: BestKind
+class Measured:
+    """A best's number: the score, what kind of score, what it is against, and its held-out score."""
+
     score: float
     score_name: str
     baseline: str                       # what the score is against
+    validate_score: float | None = None
+    validate_set: str | None = None
+
+
+@dataclass(frozen=True)
+class BestManifest:
+    kind: BestKind
     solution_id: str
     round: int                          # the round it was found in (a dispatch: composed after it)
     members: tuple[BestMember, ...]
+    measured: Measured
     file: str = "solution.py"
-    validate_score: float | None = None
-    validate_set: str | None = None
+
+    score = property(lambda self: self.measured.score)
+    score_name = property(lambda self: self.measured.score_name)
+    baseline = property(lambda self: self.measured.baseline)
+    validate_score = property(lambda self: self.measured.validate_score)
+    validate_set = property(lambda self: self.measured.validate_set)
 
     @property
     def node_ids(self) -> list[str]:
@@ -83,18 +96,19 @@ class BestManifest:
                 f"({'; '.join(parts)})")
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["kind"] = self.kind.value
-        return d
+        return {"kind": self.kind.value, "score": self.score, "score_name": self.score_name, "baseline": self.baseline,
+                "solution_id": self.solution_id, "round": self.round, "members": [asdict(m) for m in self.members],
+                "file": self.file, "validate_score": self.validate_score, "validate_set": self.validate_set}
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "BestManifest":
         members = tuple(BestMember(m["solution_id"], m["node_id"], m["short_id"], m.get("step", ""),
                                    tuple(m.get("regions") or ()), bool(m.get("fallback")))
                         for m in d.get("members") or [])
-        return BestManifest(BestKind(d["kind"]), float(d["score"]), d.get("score_name", "score"),
-                            d.get("baseline", ""), d["solution_id"], int(d.get("round", 0)), members,
-                            d.get("file", "solution.py"), d.get("validate_score"), d.get("validate_set"))
+        measured = Measured(float(d["score"]), d.get("score_name", "score"), d.get("baseline", ""),
+                            d.get("validate_score"), d.get("validate_set"))
+        return BestManifest(BestKind(d["kind"]), d["solution_id"], int(d.get("round", 0)), members, measured,
+                            d.get("file", "solution.py"))
 
 
 def read_manifest(best_dir: Path) -> BestManifest | None:
@@ -121,9 +135,8 @@ def manifest_from_history(history: Any, ids: Any = None) -> BestManifest | None:
     score_name = (report.score_name if report and report.score_name else "score")
     baseline = (report.baseline if report and report.baseline else
                 history.baseline.label if history.baseline else "the baseline")
-    common = dict(score=best.score, score_name=score_name, baseline=baseline, solution_id=best.solution_id,
-                  round=best.round, file=_file_of(history, best.solution_id),
-                  validate_score=best.validate_score, validate_set=best.validate_set)
+    common = dict(solution_id=best.solution_id, round=best.round, file=_file_of(history, best.solution_id),
+                  measured=Measured(best.score, score_name, baseline, best.validate_score, best.validate_set))
     dispatch = _dispatch_record(history, best.solution_id)
     if dispatch is None:
         return BestManifest(BestKind.KERNEL, members=(member(best.node_id, best.solution_id, ids, wm),), **common)

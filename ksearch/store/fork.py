@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ksearch.instantiate.solution import Solution
-from ksearch.store import records as R
+import ksearch.store.records as R
 from ksearch.store.journal import read_records
 from ksearch.store.state import fold
 from ksearch.world_model import WorldModel
@@ -24,13 +24,20 @@ class ForkError(ValueError):
     """The fork source or node is not usable; the message says what to pass instead."""
 
 
+@dataclass(frozen=True)
+class MeasuredOn:
+    """Where a run's measurements were taken: they compare only with measurements taken the same way."""
+
+    task: str
+    workload_set: str
+    device: str
+
+
 @dataclass
 class ForkSeed:
     source: str                         # the source run directory
     node_id: str
-    task: str
-    workload_set: str
-    device: str
+    measured_on: MeasuredOn
     tree: dict[str, Any]                # WorldModel JSON of the path root..node
     solutions: list[Solution] = field(default_factory=list)
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)   # solution id -> its EvalReport JSON
@@ -74,13 +81,14 @@ def load_fork(source: Path, node_id: str | None) -> ForkSeed:
             raise ForkError(f"{source} lacks solutions/{sid}.json (the kernel of node {n.node_id}); the run "
                             f"directory is incomplete")
         solutions.append(Solution.from_json(json.loads(f.read_text())))
-    return ForkSeed(str(source), node_id, start.task, start.workload_set, start.device, tree, solutions, {s.solution_id: reports[s.solution_id]
-                                                               for s in solutions if s.solution_id in reports})
+    return ForkSeed(str(source), node_id, MeasuredOn(start.task, start.workload_set, start.device), tree, solutions,
+                    {s.solution_id: reports[s.solution_id] for s in solutions if s.solution_id in reports})
 
 
 def seed_record(seed: ForkSeed) -> dict[str, Any]:
     """What the fork journal record keeps: enough to rebuild the seed on resume without the source run."""
-    return {"task": seed.task, "workload_set": seed.workload_set, "device": seed.device, "tree": seed.tree,
+    on = seed.measured_on
+    return {"task": on.task, "workload_set": on.workload_set, "device": on.device, "tree": seed.tree,
             "reports": seed.reports, "solution_ids": [s.solution_id for s in seed.solutions]}
 
 
@@ -93,5 +101,5 @@ def seed_from_own_journal(run_path: Path) -> ForkSeed | None:
     seed = rec.seed
     sols = [Solution.from_json(json.loads((Path(run_path) / "solutions" / f"{sid}.json").read_text()))
             for sid in seed["solution_ids"]]
-    return ForkSeed(rec.source, rec.node, seed["task"], seed["workload_set"], seed["device"], seed["tree"],
-                    sols, seed["reports"])
+    return ForkSeed(rec.source, rec.node, MeasuredOn(seed["task"], seed["workload_set"], seed["device"]),
+                    seed["tree"], sols, seed["reports"])

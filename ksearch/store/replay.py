@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ksearch.eval.report import BaselineTimes, EvalReport
-from ksearch.store import records as R
+import ksearch.store.records as R
 from ksearch.store.journal import read_records
 
 

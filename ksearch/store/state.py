@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from ksearch.eval.report import BaselineTimes, EvalReport
-from ksearch.store import records as R
+import ksearch.store.records as R
 from ksearch.store.best_manifest import BestMember
 from ksearch.store.short_ids import ShortIds
 from ksearch.world_model import WorldModel
