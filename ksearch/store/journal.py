@@ -1,19 +1,20 @@
-"""The run journal: append-only JSONL, one line per event, written before the event takes effect.
+"""The run journal: append-only JSONL, one typed record per line, written before the event takes effect.
 
-Every line is a typed record (store/records.py): the owner's decisions are appended with `append`,
-answers from outside the loop (model replies, measurements) with `memo`, and every reader decodes the
-lines with `read_records`. Resume replays it. The search is deterministic given the answers it received (model replies,
-evaluations, baseline times), so a resumed run re-executes the same loop and, for every event that is
-already in the journal, takes the recorded value instead of asking again and writes nothing. Once the
-recorded events run out it continues live, appending. A mismatch (the run asks something other than
-what was recorded, e.g. after changing an override that alters earlier steps) stops with an error.
+Every line is a record of store/records.py: the owner's decisions are appended with `append`, answers
+from outside the loop (model replies, measurements) with `memo`, and every reader decodes the lines with
+`read_records`. Resume replays it. The search is deterministic given the answers it received (model
+replies, evaluations, baseline times), so a resumed run re-executes the same loop and, for every record
+that is already in the journal, takes the recorded value instead of asking again and writes nothing.
+Once the recorded records run out it continues live, appending. A mismatch (the run decides something
+other than what was recorded, e.g. after changing an override that alters earlier steps) stops with an
+error.
 
 Settings may change between segments of a run (`ksearch resume RUN_DIR search.max_rounds=200`): the
 change is recorded as a "config" record at the point where the new segment went live. Replay hands
 those records to `on_info` when it reaches them, so every segment is replayed under the settings it
 ran with, and the live edge calls `on_live` once, where the caller records a change of settings.
 
-Parallel runs: the owner of the search writes its events in a deterministic order (matched in order on
+Parallel runs: the owner of the search writes its records in a deterministic order (matched in order on
 replay, as above), while the work of an action cycle (its code requests and evaluations) is recorded by
 the cycle's own thread whenever it finishes. Those records carry the cycle they belong to, and replay
 matches them by (kind, cycle, key), never by position: a resumed run finds every answer a cycle got
@@ -212,12 +213,6 @@ class Journal:
         with self._lock:
             self.cursor += 1
             return self._write(record)
-
-    def unclaimed(self, kind: type[Record]) -> list[Record]:
-        """Records of cycles' work that replay has not handed out (yet)."""
-        name = kind.model_fields["kind"].default
-        with self._lock:
-            return [r for (k, _, _), q in self._by_cycle.items() if k == name for r in q]
 
     def _expect(self, rec: Record, new: Record, fields: tuple[str, ...] | None = None) -> None:
         fields = new.checked_fields() if fields is None else fields
