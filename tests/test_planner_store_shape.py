@@ -14,7 +14,6 @@ import inspect
 from pathlib import Path
 
 import networkx as nx
-import pytest
 from pydantic import BaseModel
 
 ROOT = Path(__file__).resolve().parent.parent
