@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ksearch.instantiate.solution import Solution
 import ksearch.store.records as R
+from ksearch.instantiate.solution import Solution
 from ksearch.store.journal import read_records
 from ksearch.store.state import fold
-from ksearch.world_model import WorldModel
 
 
 class ForkError(ValueError):

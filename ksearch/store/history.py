@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from ksearch.eval.report import BaselineTimes, EvalReport
 import ksearch.store.records as R
+from ksearch.eval.report import BaselineTimes, EvalReport
 from ksearch.store.journal import read_records
 from ksearch.store.lock import WriterState, probe
 from ksearch.store.records import report_from_json

@@ -12,8 +12,8 @@ from collections import defaultdict, deque
 from pathlib import Path
 from typing import Any, Callable
 
-from ksearch.eval.report import BaselineTimes, EvalReport
 import ksearch.store.records as R
+from ksearch.eval.report import BaselineTimes, EvalReport
 from ksearch.store.journal import read_records
 
 

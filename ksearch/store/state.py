@@ -2,9 +2,10 @@
 
 The search (planner/) decides and writes a record; `RunState.apply` then makes the record's effect: a
 new best, an evaluation counted, a cycle closed, model spend, a baseline, a settings change. A live run
-applies each record as it is written, a resumed run applies the same records as it replays them, and
-`show`, `report`, a fork and a replay read a finished or running run by applying its file's records to a
-fresh RunState (store/history.py). So they all see one state, made by one piece of code.
+applies each record as it is written, a resumed run applies the same records as it replays them (a
+replay of another run, llm.replay=RUN_DIR, is such a run whose answers come from that run's records),
+and `show`, `report`, export and a fork read a finished or running run by folding its file's records
+into a fresh RunState (store/history.py). So they all see one state, made by one piece of code.
 
 Two parts of the live state are not records. The tree is edited by the search through its own class
 (ksearch/world_model) between records, and every batch of edits ends with a `tree` snapshot: readers of
@@ -14,7 +15,9 @@ edited (`tree`). And the round labels that cycles side by side reserve are the l
 
 Order: the owner applies a cycle's own records (its model replies and evaluations, written by the
 cycle's thread when search.parallel > 1) when it applies the cycle, in cycle order; a reader of the file
-applies them where they are in the file. Everything the search decides on is the same either way.
+applies them where they are in the file. The sums, counts and bests come out the same either way; only
+the order of `evaluations` can differ, and the per-region board (the search's alone, `regions`) is fed in
+the owner's order.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from ksearch.eval.report import BaselineTimes, EvalReport
 import ksearch.store.records as R
+from ksearch.eval.report import BaselineTimes, EvalReport
 from ksearch.store.best_manifest import BestMember
 from ksearch.store.short_ids import ShortIds
 from ksearch.world_model import WorldModel
