@@ -59,7 +59,7 @@ def test_parallel_search_on_a_local_ray_cluster_finishes_and_leaves_nothing_runn
     assert len(rounds) == 3                              # one per round
     assert len(final) <= 1 and all(r.node_id == "dispatch" for r in final)   # then the shape-dispatched best
     assert out.evaluations == len(evaluations)
-    assert len({r["cycle"] for r in rounds}) >= 2
+    assert len({r.cycle for r in rounds}) >= 2
 
 
 @pytest.mark.slow

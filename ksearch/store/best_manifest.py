@@ -62,11 +62,25 @@ class BestManifest:
     measured: Measured
     file: str = "solution.py"
 
-    score = property(lambda self: self.measured.score)
-    score_name = property(lambda self: self.measured.score_name)
-    baseline = property(lambda self: self.measured.baseline)
-    validate_score = property(lambda self: self.measured.validate_score)
-    validate_set = property(lambda self: self.measured.validate_set)
+    @property
+    def score(self) -> float:
+        return self.measured.score
+
+    @property
+    def score_name(self) -> str:
+        return self.measured.score_name
+
+    @property
+    def baseline(self) -> str:
+        return self.measured.baseline
+
+    @property
+    def validate_score(self) -> float | None:
+        return self.measured.validate_score
+
+    @property
+    def validate_set(self) -> str | None:
+        return self.measured.validate_set
 
     @property
     def node_ids(self) -> list[str]:

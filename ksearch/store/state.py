@@ -94,12 +94,30 @@ class Best:
     def __init__(self, record: R.BestRecord, report: dict[str, Any]):
         self.record, self.report = record, report
 
-    score = property(lambda self: float(self.record.score or 0.0))
-    solution_id = property(lambda self: self.record.solution_id)
-    node_id = property(lambda self: self.record.node_id)
-    round_index = property(lambda self: self.record.round)
-    validate_score = property(lambda self: self.record.validate_score)   # geomean on the held-out set
-    validate_set = property(lambda self: self.record.validate_set)
+    @property
+    def score(self) -> float:
+        return float(self.record.score or 0.0)
+
+    @property
+    def solution_id(self) -> str:
+        return self.record.solution_id
+
+    @property
+    def node_id(self) -> str:
+        return self.record.node_id
+
+    @property
+    def round_index(self) -> int:
+        return self.record.round
+
+    @property
+    def validate_score(self) -> float | None:
+        """The geomean on the held-out set (None: validation off, or the set has no baseline)."""
+        return self.record.validate_score
+
+    @property
+    def validate_set(self) -> str | None:
+        return self.record.validate_set
 
     def to_json(self) -> dict[str, Any]:
         """As run_end records it."""
