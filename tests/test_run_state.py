@@ -37,6 +37,8 @@ def test_decoding_tolerates_other_versions():
     assert isinstance(rec, R.Select) and (rec.node_id, rec.round, rec.cycle) == ("a", 0, 2)
     assert rec.extra == {"new_field": [1]}
     assert type(R.decode({"kind": "from_the_future", "x": 1})) is R.Record
+    with pytest.raises(ValueError, match="no field node"):
+        R.Select(node="a")                                 # a writer's typo is an error, never a new key
     # the source of a fork is written "from"; an evaluation from before `solution_id` names it in its report
     assert R.decode({"kind": "fork", "from": "/runs/a", "node": "n3"}).source == "/runs/a"
     old = R.decode({"kind": "evaluation", "key": "s@1", "round": 1, "value": {"solution_id": "s", "status": "PASSED",

@@ -21,7 +21,7 @@ from enum import Enum
 from functools import cached_property
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
 from ksearch.eval.report import BaselineTimes, EvalReport
 
@@ -44,6 +44,17 @@ class Record(BaseModel):
     ROLE: ClassVar[Role] = Role.ORDERED
     CHECK: ClassVar[tuple[str, ...]] = ()                 # fields a resumed run must reproduce
     OMIT_NONE: ClassVar[frozenset[str]] = frozenset()     # fields left out of the line while None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_fields_when_written(cls, data: Any, info: ValidationInfo) -> Any:
+        """A writer's misspelt field is an error; only `decode` keeps fields it does not know."""
+        if isinstance(data, dict) and not (info.context or {}).get("decoding"):
+            known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
+            unknown = set(data) - known
+            if unknown:
+                raise ValueError(f"{cls.__name__} has no field {', '.join(sorted(unknown))}")
+        return data
 
     @property
     def extra(self) -> dict[str, Any]:
@@ -359,7 +370,7 @@ def decode(raw: dict[str, Any]) -> Record:
     data = dict(raw)
     for _ in range(len(data) + 1):
         try:
-            return cls.model_validate(data)
+            return cls.model_validate(data, context={"decoding": True})
         except ValidationError as e:
             bad = {err["loc"][0] for err in e.errors() if err["loc"]}
             if not bad & set(data):
