@@ -57,16 +57,16 @@ class TimedStandIn:
 def one(parallel: int, rounds: int, delay: float, root: Path) -> dict:
     from ksearch.cli.app import compose_config, execute
     from ksearch.llm.base import ModelRequest
-    from ksearch.store import read_journal
+    import ksearch.store.records as R
+    from ksearch.store import read_records
     from tests.fake_llm_server import FakeLLMServer
 
     common = [f"search.max_rounds={rounds}", f"search.parallel={parallel}", "run.live=false", "eval.device=cpu"]
     offline = root / f"offline_p{parallel}"
     execute(compose_config([f"run.dir={offline}", *common]), offline, fresh=True)
     table: dict[str, list[str]] = {}
-    for r in read_journal(offline / "journal.jsonl")[0]:
-        if r["kind"] == "model":
-            table.setdefault(ModelRequest.from_json(r["request"]).full_prompt(), []).append(r["value"]["text"])
+    for r in R.of_kind(read_records(offline / "journal.jsonl")[0], R.ModelCall):
+        table.setdefault(ModelRequest.from_json(r.request).full_prompt(), []).append(r.value["text"])
     live = root / f"litellm_p{parallel}"
     with FakeLLMServer(by_prompt=table, delay_s=delay) as srv:
         cfg = compose_config([f"run.dir={live}", *common, "llm=litellm", "llm.model=openai/fake",

@@ -15,25 +15,25 @@ import statistics
 import sys
 from pathlib import Path
 
+import ksearch.store.records as R
 from ksearch.eval.report import Status
-from ksearch.store.journal import read_journal
+from ksearch.store.journal import read_records
 
 
 def summarize(run: Path) -> tuple[bool, str]:
-    records, _ = read_journal(run / "journal.jsonl")     # a torn last line (a killed run) is dropped
-    start = next((r for r in records if r.get("kind") == "run_start"), {})
-    task = start.get("task", run.name)
-    evals = [r for r in records if r.get("kind") == "evaluation"]
-    feedback = {r["value"]["solution_id"]: float(r["value"].get("elapsed_s") or 0) for r in evals
-                if isinstance(r.get("value"), dict)}
+    records, _ = read_records(run / "journal.jsonl")     # a torn last line (a killed run) is dropped
+    start = next(iter(R.of_kind(records, R.RunStart)), None)
+    task = start.task if start is not None and start.task else run.name
+    evals = R.of_kind(records, R.Evaluation)
+    feedback = {r.solution_id: float(r.value.get("elapsed_s") or 0) for r in evals if r.value}
     ratios, validate_s = [], []
-    for r in records:
-        if r.get("kind") == "validate" and isinstance(r.get("value"), dict):
-            sid, el = r.get("solution_id"), float(r["value"].get("elapsed_s") or 0)
+    for r in R.of_kind(records, R.Validate):
+        if r.value:
+            el = float(r.value.get("elapsed_s") or 0)
             validate_s.append(el)
-            if feedback.get(sid):
-                ratios.append(el / feedback[sid])
-    t = [float(r["t"]) for r in records if "t" in r]
+            if feedback.get(r.solution_id):
+                ratios.append(el / feedback[r.solution_id])
+    t = [r.t for r in records if r.t is not None]
     wall_min = (max(t) - min(t)) / 60 if len(t) > 1 else 0.0
     best_path = run / "best" / "report.json"
     best = json.loads(best_path.read_text()) if best_path.exists() else {}

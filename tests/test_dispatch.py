@@ -5,7 +5,6 @@ from ksearch.eval.interpreter import prepare_interpreter
 
 prepare_interpreter()  # before anything imports a Triton kernel
 
-import json
 
 import pytest
 from omegaconf import OmegaConf
@@ -19,7 +18,9 @@ from ksearch.instantiate.loader import load_module_from_source
 from ksearch.task.catalog import load_catalog
 from ksearch.llm.offline import OfflineModel, read_plan_header
 from ksearch.planner.regions import RegionBoard
-from ksearch.planner.search import Search
+from ksearch.planner.search import Search, Services, Target
+from ksearch.store import read_records
+from ksearch.store import records as R
 from ksearch.store import Journal, RunDir
 from ksearch.task import load_task
 from ksearch.task.regions import scheme_of
@@ -105,7 +106,7 @@ def test_region_board_keeps_the_best_kernel_per_region():
     assert board.observe("c", EvalReport("c", "INCORRECT_NUMERICAL", "cpu")) == []
     assert board.holders() in (["a", "b"], ["b", "a"])
     assert board.weakest().score == 1.0
-    ctx = board.context({"a": '# ksearch-plan: {"family": "split_kv", "knobs": {}}\n'})
+    ctx = board.context({"a": '# ksearch-plan: {"family": "split_kv", "knobs": {}}\n'}.get)
     assert ctx["weakest_region_family"] in ("split_kv", None) and len(ctx["regions"]) == 3
     assert "weakest" in board.render()
 
@@ -141,8 +142,8 @@ def _run(path, ev, validate="auto"):
         run.create(OmegaConf.to_yaml(cfg))
     j = Journal(run.journal_path, fsync=False)
     try:
-        return Search(cfg, _task, OfflineModel(cfg.search.max_new_nodes), ev, run, j, _task.workload_set("tiny"),
-                      "tiny", "cpu").run()
+        return Search(cfg, Target(_task, _task.workload_set("tiny"), "tiny", "cpu"),
+                      Services(OfflineModel(cfg.search.max_new_nodes), ev), run, j).run()
     finally:
         j.close()
 
@@ -150,14 +151,14 @@ def _run(path, ev, validate="auto"):
 def test_search_ends_with_a_dispatched_best_that_replays(tmp_path):
     ev = RegionalEvaluator(None)
     out = _run(tmp_path / "r", ev)
-    recs = [json.loads(x) for x in (tmp_path / "r" / "journal.jsonl").read_text().splitlines()]
-    disp = [r for r in recs if r["kind"] == "dispatch"]
-    assert len(disp) == 1 and disp[0]["composed"] and disp[0]["accepted"], disp
-    assert len(disp[0]["members"]) == 2 and disp[0]["regions"]
-    assert out.best.solution_id == disp[0]["solution_id"] and out.best.validate_score is not None
+    recs = read_records(tmp_path / "r" / "journal.jsonl")[0]
+    disp = R.of_kind(recs, R.Dispatch)
+    assert len(disp) == 1 and disp[0].composed and disp[0].accepted, disp
+    assert len(disp[0].members) == 2 and disp[0].regions
+    assert out.best.solution_id == disp[0].solution_id and out.best.validate_score is not None
     best_src = (tmp_path / "r" / "best" / "solution.py").read_text()
     assert best_src.startswith("# ksearch-dispatch: ") and "def run(" in best_src
-    model_reqs = [r for r in recs if r["kind"] == "model" and "weakest_region" in (r["request"]["context"] or {})]
+    model_reqs = [r for r in R.of_kind(recs, R.ModelCall) if "weakest_region" in (r.request["context"] or {})]
     assert model_reqs, "edits after two regions have a best carry the per-region evidence"
     ev2 = RegionalEvaluator(None)
     again = _run(tmp_path / "r", ev2)
@@ -166,8 +167,7 @@ def test_search_ends_with_a_dispatched_best_that_replays(tmp_path):
 
 def test_no_dispatch_without_validation(tmp_path):
     out = _run(tmp_path / "r", RegionalEvaluator(None), validate="none")
-    recs = [json.loads(x) for x in (tmp_path / "r" / "journal.jsonl").read_text().splitlines()]
-    assert not [r for r in recs if r["kind"] == "dispatch"]
+    assert not R.of_kind(read_records(tmp_path / "r" / "journal.jsonl")[0], R.Dispatch)
     assert read_plan_header((tmp_path / "r" / "best" / "solution.py").read_text()) is not None
 
 
@@ -189,28 +189,3 @@ def test_composed_gqa_solution_on_the_gpu():
                             atol=1e-2, rtol=1e-2)
         assert res.passed, (w.name, res.message)
         del inputs
-
-
-def test_dispatch_is_one_lookup_for_shapes_seen_before(monkeypatch):
-    # Issue 23: the dispatcher's own host work per call. The region is computed once per new shape; later
-    # calls with those shapes reuse the choice, and a different shape is dispatched on its own.
-    tiny = _task.workload_set("tiny")
-    long_one = next(w for w in tiny if w.name == "tiny_b1_l320")
-    mod = load_module_from_source(_compose([(long_one, "b")]), name_hint="dispatch_cache_test")
-    computed = []
-    real_region = mod._region
-    monkeypatch.setattr(mod, "_region", lambda inputs: computed.append(1) or real_region(inputs))
-    calls = []
-    monkeypatch.setattr(mod, "_k0_run", lambda *a: calls.append("a"))
-    monkeypatch.setattr(mod, "_k1_run", lambda *a: calls.append("b"))
-    monkeypatch.setattr(mod, "_FALLBACK", mod._k0_run)
-    monkeypatch.setattr(mod, "_TABLE", {k: mod._k1_run for k in mod._TABLE})
-    mod._CHOSEN.clear()
-    inputs = {w.name: _task.make_inputs(w, device="cpu", seed=0) for w in tiny}
-    for _ in range(3):
-        mod.run(**inputs["tiny_b1_l320"])
-    assert computed == [1] and calls == ["b"] * 3
-    mod.run(**inputs["tiny_ragged_b5_l300"])
-    mod.run(**inputs["tiny_ragged_b5_l300"])
-    assert computed == [1, 1] and calls[3:] == ["a", "a"]
-    assert len(mod._CHOSEN) == 2

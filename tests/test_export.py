@@ -6,8 +6,10 @@ from pathlib import Path
 import pytest
 
 from ksearch.cli.main import main
-from ksearch.interop.flashinfer_bench import FibSolution, FibTrace, from_fib, to_fib
-from ksearch.instantiate.solution import Solution, solution_from_text
+from ksearch.store import read_records
+from ksearch.store import records as R
+from ksearch.interop.flashinfer_bench import FibSolution, FibTrace, from_fib, solution_from_user_text, to_fib
+from ksearch.instantiate.solution import Solution
 from ksearch.task.catalog import load_catalog
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rmsnorm.json"
@@ -63,10 +65,9 @@ def searched(tmp_path_factory):
 
 def test_the_seed_solution_json_was_judged_first(searched):
     _, run, seed = searched
-    first = next(json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()
-                 if json.loads(line).get("kind") == "evaluation")
-    assert first["node_id"] == "root" and first["value"]["status"] == "PASSED"
-    assert solution_from_text("rmsnorm_h4096", seed.read_text()).main_source.count("run = rmsnorm_forward") == 1
+    first = R.of_kind(read_records(run / "journal.jsonl")[0], R.Evaluation)[0]
+    assert first.node_id == "root" and first.value["status"] == "PASSED"
+    assert solution_from_user_text("rmsnorm_h4096", seed.read_text()).main_source.count("run = rmsnorm_forward") == 1
 
 
 def test_export_writes_a_solution_and_traces_flashinfer_bench_can_read(searched, capsys):

@@ -1,11 +1,11 @@
 """Code extraction from model text, and the journal's crash tolerance."""
 
-import json
 
 import pytest
 
 from ksearch.instantiate import CodeExtractionError, Solution, extract_python
-from ksearch.store import Journal, JournalDivergence
+from ksearch.store import Journal, JournalDivergence, read_records
+from ksearch.store import records as R
 
 
 def test_extracts_the_block_that_defines_run():
@@ -30,27 +30,27 @@ def test_solution_id_ignores_the_name():
 def test_torn_last_line_is_dropped_and_replay_returns_recorded_values(tmp_path):
     path = tmp_path / "journal.jsonl"
     j = Journal(path, fsync=False)
-    j.event("start", check={"task": "t"})
-    assert j.memo("model", "k1", lambda: {"text": "A"}) == {"text": "A"}
+    j.append(R.RunStart(task="t"))
+    assert j.memo(R.ModelCall(key="k1"), lambda: {"text": "A"}).value == {"text": "A"}
     j.close()
     with path.open("a") as f:
         f.write('{"seq": 2, "kind": "mod')          # a crash mid-write
     j = Journal(path, fsync=False)
     assert len(j.recorded) == 2 and path.read_text().endswith("\n")
-    j.event("start", check={"task": "t"})
+    j.append(R.RunStart(task="t"))
     calls = []
-    assert j.memo("model", "k1", lambda: calls.append(1) or {"text": "B"}) == {"text": "A"} and not calls
+    assert j.memo(R.ModelCall(key="k1"), lambda: calls.append(1) or {"text": "B"}).value == {"text": "A"} and not calls
     assert not j.replaying
-    assert j.memo("model", "k2", lambda: {"text": "C"}) == {"text": "C"}
+    assert j.memo(R.ModelCall(key="k2"), lambda: {"text": "C"}).value == {"text": "C"}
     j.close()
-    assert [json.loads(line)["kind"] for line in path.read_text().splitlines()] == ["start", "model", "model"]
+    assert [type(r) for r in read_records(path)[0]] == [R.RunStart, R.ModelCall, R.ModelCall]
 
 
 def test_divergence_is_reported(tmp_path):
     path = tmp_path / "journal.jsonl"
     j = Journal(path, fsync=False)
-    j.memo("model", "k1", lambda: {"text": "A"})
+    j.memo(R.ModelCall(key="k1"), lambda: {"text": "A"})
     j.close()
     j = Journal(path, fsync=False)
     with pytest.raises(JournalDivergence, match="resume with the original settings"):
-        j.memo("model", "other", lambda: {"text": "B"})
+        j.memo(R.ModelCall(key="other"), lambda: {"text": "B"})

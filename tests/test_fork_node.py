@@ -4,6 +4,8 @@ import json
 from pathlib import Path
 
 from ksearch.cli.main import main
+from ksearch.store import read_records
+from ksearch.store import records as R
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rmsnorm.json"
 
@@ -18,12 +20,11 @@ def test_fork_expands_the_named_node_not_its_better_parent(tmp_path, monkeypatch
     x = next(n for n in scored.values() if n["parent_id"] in scored)            # a kernel whose parent has one
     # make X worse than its parent in the recorded tree, so "the best node" and "X" differ
     lines = []
-    for line in (src / "journal.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        for n in (r.get("tree") or {}).get("nodes", []) if r.get("kind") == "tree" else []:
+    for r in read_records(src / "journal.jsonl")[0]:
+        for n in r.tree.get("nodes", []) if isinstance(r, R.TreeSnapshot) else []:
             if n["node_id"] == x["node_id"] and n.get("solution"):
                 n["solution"]["score"] = scored[x["parent_id"]]["solution"]["score"] / 2
-        lines.append(json.dumps(r))
+        lines.append(json.dumps(r.to_json()))
     (src / "journal.jsonl").write_text("\n".join(lines) + "\n")
     fork = tmp_path / "fork"
     assert main(["run", "task=rmsnorm_h4096", f"run.dir={fork}", "search.max_rounds=1", "run.live=false",

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.store import read_journal
+from ksearch.store import read_records
+from ksearch.store import records as R
 from ksearch.world_model import WorldModel
 
 CLI = [sys.executable, "-m", "ksearch.cli.main"]
@@ -22,8 +23,9 @@ ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 def _decisions(run: Path) -> list[tuple]:
     """What the run decided, without timestamps: the sequence of records and what identifies them."""
     out = []
-    for r in read_journal(run / "journal.jsonl")[0]:
-        ident = {k: r.get(k) for k in ("kind", "key", "node_id", "solution_id", "purpose", "ok", "round", "stop")}
+    for r in read_records(run / "journal.jsonl")[0]:
+        ident = {k: getattr(r, k, None) for k in ("kind", "key", "node_id", "solution_id", "purpose", "ok", "round",
+                                                  "stop")}
         out.append(json.dumps(ident, sort_keys=True))
     return out
 
@@ -72,11 +74,11 @@ def test_ten_kills_then_resume_match_an_uninterrupted_replay(tmp_path):
         break
     assert kills == KILLS
     assert _decisions(killed) == _decisions(straight) and _lines(killed) == total
-    recs = read_journal(killed / "journal.jsonl")[0]
-    evals = [r["key"] for r in recs if r["kind"] == "evaluation"]
-    models = [r["seq"] for r in recs if r["kind"] == "model"]
+    recs = read_records(killed / "journal.jsonl")[0]
+    evals = [r.key for r in R.of_kind(recs, R.Evaluation)]
+    models = [r.seq for r in R.of_kind(recs, R.ModelCall)]
     assert len(evals) == len(set(evals)) and len(models) == len(set(models))
-    assert [r["seq"] for r in recs] == list(range(len(recs)))
+    assert [r.seq for r in recs] == list(range(len(recs)))
     tree = WorldModel.from_json(json.loads((killed / "tree.json").read_text()))
     for node in tree.nodes():                      # consistent: every parent exists, every kernel is stored
         assert node.parent_id is None or node.parent_id in tree

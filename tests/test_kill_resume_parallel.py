@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.store import read_journal
+from ksearch.store import read_records
 from tests.test_parallel import check_journal, cycle_work, owner_decisions
 
 CLI = [sys.executable, "-m", "ksearch.cli.main"]
@@ -62,7 +62,7 @@ def test_kills_then_resume_of_a_parallel_run(tmp_path):
     recs = check_journal(killed)                   # contiguous seqs, no evaluation recorded twice
     assert owner_decisions(killed) == owner_decisions(straight)
     assert cycle_work(killed) == cycle_work(straight)
-    assert len(recs) == len(read_journal(straight / "journal.jsonl")[0])
+    assert len(recs) == len(read_records(straight / "journal.jsonl")[0])
     best = lambda run: json.loads((run / "best" / "report.json").read_text())
     assert (best(killed)["solution_id"], best(killed)["score"]) == (best(straight)["solution_id"],
                                                                       best(straight)["score"])

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from ksearch.cli.app import compose_config, execute
-from ksearch.store import read_journal
+from ksearch.store import read_records
+from ksearch.store import records as R
 from tests.fake_llm_server import FakeLLMServer, error
 from tests.test_search import ScriptedEvaluator, by_block
 
@@ -64,13 +65,13 @@ def _strip(obj):
 
 
 def decisions(run_dir: Path) -> list[dict]:
-    records, _ = read_journal(run_dir / "journal.jsonl")
+    records, _ = read_records(run_dir / "journal.jsonl")
     out = []
     for r in records:
-        if r["kind"] == "model":
-            out.append({"kind": "model", "key": r["key"], "text": r["value"]["text"]})
-        elif r["kind"] not in ("config",):
-            out.append(_strip(r))
+        if isinstance(r, R.ModelCall):
+            out.append({"kind": "model", "key": r.key, "text": r.value["text"]})
+        elif not isinstance(r, R.ConfigChange):
+            out.append(_strip(r.to_json()))
     return out
 
 
@@ -79,9 +80,8 @@ def recorded_prompts(run_dir: Path) -> dict[str, list[str]]:
     from ksearch.llm.base import ModelRequest
 
     table: dict[str, list[str]] = {}
-    for r in read_journal(run_dir / "journal.jsonl")[0]:
-        if r["kind"] == "model":
-            table.setdefault(ModelRequest.from_json(r["request"]).full_prompt(), []).append(r["value"]["text"])
+    for r in R.of_kind(read_records(run_dir / "journal.jsonl")[0], R.ModelCall):
+        table.setdefault(ModelRequest.from_json(r.request).full_prompt(), []).append(r.value["text"])
     return table
 
 
@@ -102,17 +102,17 @@ def test_litellm_search_matches_the_recording_and_replays_without_network(tmp_pa
     assert all(r.body["temperature"] == 0.2 for r in served)
     assert decisions(live) == decisions(offline)
     assert (out1.best.solution_id, out1.best.score) == (out0.best.solution_id, out0.best.score)
-    model_recs = [r for r in read_journal(live / "journal.jsonl")[0] if r["kind"] == "model"]
-    assert model_recs[0]["value"]["usage"]["tries"] == 3                # the rate limit and 503 were retried
-    assert all(r["value"]["usage"]["cost_usd"] > 0 and not r["value"]["usage"]["cached"] for r in model_recs)
+    model_recs = R.of_kind(read_records(live / "journal.jsonl")[0], R.ModelCall)
+    assert model_recs[0].usage["tries"] == 3                # the rate limit and 503 were retried
+    assert all(r.usage["cost_usd"] > 0 and not r.usage["cached"] for r in model_recs)
     assert (live / "llm_cache").is_dir()
 
     replayed = tmp_path / "replayed"         # the server is gone: any network call would fail
     out2 = run_search(replayed, "llm=litellm", "llm.model=openai/gpt-4o-mini", f"llm.replay={live}")
     assert decisions(replayed) == decisions(live)
     assert (out2.best.solution_id, out2.best.score) == (out1.best.solution_id, out1.best.score)
-    replay_recs = [r for r in read_journal(replayed / "journal.jsonl")[0] if r["kind"] == "model"]
-    assert all(r["value"]["usage"]["cached"] and r["value"]["usage"]["cost_usd"] == 0.0 for r in replay_recs)
+    replay_recs = R.of_kind(read_records(replayed / "journal.jsonl")[0], R.ModelCall)
+    assert all(r.usage["cached"] and r.usage["cost_usd"] == 0.0 for r in replay_recs)
     assert out2.spend.cost_usd == 0.0 and out1.spend.cost_usd > 0
 
     for run in (live, replayed):            # the API key reached the server, never the run directories
@@ -128,5 +128,4 @@ def test_a_replay_that_diverges_stops_with_a_clear_error(tmp_path):
     with pytest.raises(Exception, match="diverged from the recording"):
         run_search(tmp_path / "other", "search.max_rounds=2", "task=mla_paged_decode_h16_ckv512_kpe64_ps1",
                    f"llm.replay={offline}", "llm.replay_measurements=false")
-    records = [json.loads(line) for line in (tmp_path / "other" / "journal.jsonl").read_text().splitlines()]
-    assert not any(r["kind"] == "model" for r in records)
+    assert not R.of_kind(read_records(tmp_path / "other" / "journal.jsonl")[0], R.ModelCall)

@@ -11,6 +11,7 @@ from ksearch.llm.base import ModelError, ModelReply, ModelRequest, Usage
 from ksearch.llm.cache import CachedModel, ResponseCache
 from ksearch.llm.replay import ReplayModel
 from ksearch.store import Journal
+from ksearch.store import records as R
 from tests.fake_llm_server import FakeLLMServer, reply
 
 KEY = "sk-test-cache-SECRET-0123456789"
@@ -119,8 +120,8 @@ def test_a_resumed_run_counts_prompts_it_asked_before(tmp_path):
     run.mkdir()
     j = Journal(run / "journal.jsonl", fsync=False)
     r = req("P")
-    j.memo("model", r.key(), lambda: {"text": "first", "model": "openai/gpt-4o-mini", "usage": {}},
-           request=r.to_json())
+    j.memo(R.ModelCall(key=r.key(), request=r.to_json()),
+           lambda: {"text": "first", "model": "openai/gpt-4o-mini", "usage": {}})
     j.close()
     with FakeLLMServer([reply("first"), reply("second")]) as srv:
         litellm_model(srv, cache_dir=str(tmp_path / "c")).complete(req("P"))     # another run cached "first"
@@ -132,11 +133,10 @@ def test_a_resumed_run_counts_prompts_it_asked_before(tmp_path):
 def record(run_dir, items, model="openai/gpt-4o-mini"):
     run_dir.mkdir(parents=True, exist_ok=True)
     j = Journal(run_dir / "journal.jsonl", fsync=False)
-    j.event("run_start", check={"task": "t"}, model=model)
+    j.append(R.RunStart(task="t", model=model))
     for r, text in items:
-        j.memo("model", r.key(), lambda text=text: {"text": text, "model": model,
-                                                    "usage": Usage(10, 5, 0.25, True, 1, 0.5).to_dict()},
-               request=r.to_json())
+        j.memo(R.ModelCall(key=r.key(), request=r.to_json()),
+               lambda text=text: {"text": text, "model": model, "usage": Usage(10, 5, 0.25, True, 1, 0.5).to_dict()})
     j.close()
 
 

@@ -12,8 +12,9 @@ from ksearch.knowledge.recall import Recall, render_recall
 from ksearch.knowledge.run_memory import RunMemory
 from ksearch.knowledge.store import EvaluationRow, KnowledgeStore
 from ksearch.llm.offline import OfflineModel, read_plan_header
-from ksearch.planner.search import Search
-from ksearch.store import Journal, RunDir
+from ksearch.planner.search import Search, Services, Target
+from ksearch.store import Journal, RunDir, read_records
+from ksearch.store import records as R
 from ksearch.task import load_task
 from tests.test_search import ScriptedEvaluator
 
@@ -39,8 +40,8 @@ def search(tmp_path, name, store_path, judge=deep_best, crash_at=None, enabled=T
     journal = Journal(run.journal_path, fsync=False)
     memory = RunMemory.for_run(cfg, task)
     ev = ScriptedEvaluator(judge, crash_at)
-    s = Search(cfg, task, OfflineModel(cfg.search.max_new_nodes), ev, run, journal, task.workload_set("tiny"),
-               "tiny", "cpu", memory=memory)
+    s = Search(cfg, Target(task, task.workload_set("tiny"), "tiny", "cpu"),
+               Services(OfflineModel(cfg.search.max_new_nodes), ev, memory=memory), run, journal)
     return s, ev, journal, memory
 
 
@@ -52,19 +53,20 @@ def finish(s, journal, memory):
         memory.close()
 
 
-def records(run_dir, kind=None):
-    recs = [json.loads(line) for line in (Path(run_dir) / "journal.jsonl").read_text().splitlines()]
-    return [r for r in recs if kind is None or r["kind"] == kind]
+def records(run_dir, cls=None):
+    """The run's journal as typed records (of one type)."""
+    recs = read_records(Path(run_dir) / "journal.jsonl")[0]
+    return recs if cls is None else R.of_kind(recs, cls)
 
 
 def plans(run_dir):
     """(round, family, knobs) of every evaluated kernel, in order."""
     out = []
-    for r in records(run_dir, "evaluation"):
-        code = (Path(run_dir) / "solutions" / f"{r['solution_id']}.json")
+    for r in records(run_dir, R.Evaluation):
+        code = (Path(run_dir) / "solutions" / f"{r.solution_id}.json")
         src = json.loads(code.read_text())["sources"][0]["content"] if code.is_file() else None
         plan = read_plan_header(src) if src else None
-        out.append((r["round"], plan["family"], json.dumps(plan["knobs"], sort_keys=True)))
+        out.append((r.round, plan["family"], json.dumps(plan["knobs"], sort_keys=True)))
     return out
 
 
@@ -87,7 +89,7 @@ def test_a_second_run_reaches_the_first_runs_best_in_fewer_rounds(tmp_path):
     assert rounds_second < rounds_first
     assert rounds_second == 1                       # the best family at its best settings is the first proposal
     assert out2.best.score >= out1.best.score
-    recalled = records(tmp_path / "second", "memory")[0]["value"]
+    recalled = records(tmp_path / "second", R.MemoryRecall)[0].value
     assert Recall.model_validate(recalled).best().family == best["family"]
 
 
@@ -105,11 +107,17 @@ def test_memory_off_changes_nothing(tmp_path):
     drop = ("t", "seq", "config")
 
     def same(run):          # the model's answers without their timing
-        return [{k: ({**v, "usage": None} if k == "value" and r["kind"] == "model" else v)
-                 for k, v in r.items() if k not in drop}
-                for r in records(tmp_path / run) if r["kind"] in ("model", "select", "evaluation")]
+        out = []
+        for r in records(tmp_path / run):
+            if not isinstance(r, (R.ModelCall, R.Select, R.Evaluation)):
+                continue
+            line = {k: v for k, v in r.to_json().items() if k not in drop}
+            if isinstance(r, R.ModelCall):
+                line["value"] = {**line["value"], "usage": None}
+            out.append(line)
+        return out
     assert same("off") == same("none")             # the same requests, prompts and choices
-    assert records(tmp_path / "off", "memory") == []
+    assert records(tmp_path / "off", R.MemoryRecall) == []
     assert len(KnowledgeStore(store).rows()) == rows_before      # nothing written either
 
 
@@ -134,8 +142,8 @@ def test_resume_takes_its_memory_from_the_journal_not_the_live_store(tmp_path):
                                 99.0, None, "other-run", "x", 1, "tiny")])
     s, ev, j, m = search(tmp_path, "cut", cut_store)
     finish(s, j, m)
-    assert len(records(tmp_path / "cut", "memory")) == 1
-    assert records(tmp_path / "cut", "memory")[0]["value"] == records(tmp_path / "full", "memory")[0]["value"] | \
+    assert len(records(tmp_path / "cut", R.MemoryRecall)) == 1
+    assert records(tmp_path / "cut", R.MemoryRecall)[0].value == records(tmp_path / "full", R.MemoryRecall)[0].value | \
         {"source": str(cut_store)}
     assert plans(tmp_path / "cut") == plans(tmp_path / "full")     # it went on exactly as it started
 
@@ -146,14 +154,14 @@ def test_the_llm_is_told_what_earlier_runs_found(tmp_path):
     finish(s, j, m)
     s, ev, j, m = search(tmp_path, "second", store, max_rounds=1)
     finish(s, j, m)
-    init = next(r for r in records(tmp_path / "second", "model") if r["request"]["kind"] == "init")
-    recall = Recall.model_validate(init["request"]["context"]["memory"])
-    assert render_recall(recall) in init["request"]["prompt"]
+    init = next(r for r in records(tmp_path / "second", R.ModelCall) if r.request.get("kind") == "init")
+    recall = Recall.model_validate(init.request["context"]["memory"])
+    assert render_recall(recall) in init.request["prompt"]
     best = recall.best()
-    assert f"- {best.family}: {best.best_score:.4g}x" in init["request"]["prompt"]
-    first_init = next(r for r in records(tmp_path / "first", "model") if r["request"]["kind"] == "init")
-    assert "What earlier runs found" not in first_init["request"]["prompt"]
-    assert "memory" not in first_init["request"]["context"]
+    assert f"- {best.family}: {best.best_score:.4g}x" in init.request["prompt"]
+    first_init = next(r for r in records(tmp_path / "first", R.ModelCall) if r.request.get("kind") == "init")
+    assert "What earlier runs found" not in first_init.request["prompt"]
+    assert "memory" not in first_init.request["context"]
 
 
 def test_memory_write_false_recalls_but_adds_nothing(tmp_path):
@@ -163,5 +171,5 @@ def test_memory_write_false_recalls_but_adds_nothing(tmp_path):
     before = KnowledgeStore(store).rows()
     s, ev, j, m = search(tmp_path, "reader", store, max_rounds=4, memory_write=False)
     finish(s, j, m)
-    assert not Recall.model_validate(records(tmp_path / "reader", "memory")[0]["value"]).empty
+    assert not Recall.model_validate(records(tmp_path / "reader", R.MemoryRecall)[0].value).empty
     assert KnowledgeStore(store).rows() == before

@@ -1,6 +1,5 @@
 """The model seam: garbage answers are rejected without damage, and litellm replies go through the same path."""
 
-import json
 import sys
 import types
 
@@ -10,7 +9,9 @@ from ksearch.config import Config
 from ksearch.llm import build_model
 from ksearch.llm.base import ModelReply, ModelRequest
 from ksearch.llm.offline import OfflineModel
-from ksearch.planner.search import Search
+from ksearch.planner.search import Search, Services, Target
+from ksearch.store import read_records
+from ksearch.store import records as R
 from ksearch.store import Journal, RunDir
 from ksearch.task import load_task
 from tests.test_search import ScriptedEvaluator, by_block
@@ -48,14 +49,14 @@ def test_garbage_is_rejected_and_reasons_are_fed_back(tmp_path):
     run.create(OmegaConf.to_yaml(cfg))
     journal = Journal(run.journal_path, fsync=False)
     model = Flaky()
-    out = Search(cfg, task, model, ScriptedEvaluator(by_block), run, journal, task.workload_set("tiny"), "tiny",
-                 "cpu").run()
+    out = Search(cfg, Target(task, task.workload_set("tiny"), "tiny", "cpu"),
+                 Services(model, ScriptedEvaluator(by_block)), run, journal).run()
     journal.close()
-    recs = [json.loads(line) for line in run.journal_path.read_text().splitlines()]
-    edits = [r for r in recs if r["kind"] == "edit"]
-    assert any(not e["ok"] and any("rating=42" in x for x in e["errors"]) for e in edits)
+    recs = read_records(run.journal_path)[0]
+    edits = R.of_kind(recs, R.Edit)
+    assert any(not e.ok and any("rating=42" in x for x in e.errors) for e in edits)
     assert model.retries_seen and "rating=42" in model.retries_seen[0][0]
-    assert any(r["kind"] == "bad_code" for r in recs)             # the round is spent, nothing breaks
+    assert R.of_kind(recs, R.BadCode)                            # the round is spent, nothing breaks
     assert out.world_model.node("fam_split_kv").rating <= 10
     assert out.evaluations == 4 and out.best is not None
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.store import read_journal
+from ksearch.store import read_records
+from ksearch.store import records as R
 from tests.test_search import ScriptedEvaluator, by_block, make_search
 
 
@@ -41,32 +42,35 @@ class JitteryEvaluator(ScriptedEvaluator):
 
 
 def parallel_search(path, judge=by_block, crash_at=None, seed=None, **over):
-    s, _, j = make_search(path, judge, **over)
-    s.evaluator = ev = JitteryEvaluator(judge, crash_at, seed)
+    ev = JitteryEvaluator(judge, crash_at, seed)
+    s, _, j = make_search(path, judge, evaluator=ev, **over)
     return s, ev, j
 
 
 def owner_decisions(run: Path) -> list[str]:
     """The owner's records (not the cycles' own, whose order is timing), without times."""
     out = []
-    for r in read_journal(run / "journal.jsonl")[0]:
-        if r.get("cycle") is not None and r["kind"] in ("model", "evaluation"):
+    for r in read_records(run / "journal.jsonl")[0]:
+        if _cycle_work(r):
             continue
-        ident = {k: r.get(k) for k in ("kind", "key", "node_id", "solution_id", "purpose", "ok", "round", "stop",
-                                       "cycle", "score")}
+        ident = {k: getattr(r, k, None) for k in ("kind", "key", "node_id", "solution_id", "purpose", "ok", "round",
+                                                  "stop", "cycle", "score")}
         out.append(json.dumps(ident, sort_keys=True))
     return out
 
 
+def _cycle_work(r: R.Record) -> bool:
+    return isinstance(r, (R.ModelCall, R.Evaluation)) and r.cycle is not None
+
+
 def cycle_work(run: Path) -> set[str]:
-    return {json.dumps([r["kind"], r["cycle"], r["key"]]) for r in read_journal(run / "journal.jsonl")[0]
-            if r.get("cycle") is not None and r["kind"] in ("model", "evaluation")}
+    return {json.dumps([r.kind, r.cycle, r.key]) for r in read_records(run / "journal.jsonl")[0] if _cycle_work(r)}
 
 
-def check_journal(run: Path) -> list[dict]:
-    recs = read_journal(run / "journal.jsonl")[0]
-    assert [r["seq"] for r in recs] == list(range(len(recs)))          # one contiguous journal
-    evals = [r["key"] for r in recs if r["kind"] == "evaluation"]
+def check_journal(run: Path) -> list[R.Record]:
+    recs = read_records(run / "journal.jsonl")[0]
+    assert [r.seq for r in recs] == list(range(len(recs)))          # one contiguous journal
+    evals = [r.key for r in R.of_kind(recs, R.Evaluation)]
     assert len(evals) == len(set(evals))                                # nothing measured twice
     return recs
 
@@ -78,17 +82,17 @@ def test_cycles_run_side_by_side_on_different_nodes(tmp_path):
     recs = check_journal(s.run_dir.path)
     assert out.evaluations == len(ev.calls) <= 10 and out.evaluations >= 8
     assert ev.peak >= 2                                                 # evaluations overlapped
-    selects = [r for r in recs if r["kind"] == "select"]
-    assert [r["cycle"] for r in selects] == list(range(1, len(selects) + 1))
+    selects = R.of_kind(recs, R.Select)
+    assert [r.cycle for r in selects] == list(range(1, len(selects) + 1))
     # never two cycles in flight on one node: a node is selected again only after its cycle was applied
-    in_flight: dict[str, int] = {}
+    in_flight: dict[str, int | None] = {}
     for r in recs:
-        if r["kind"] == "select":
-            assert r["node_id"] not in in_flight, r
-            in_flight[r["node_id"]] = r["cycle"]
-        elif r["kind"] in ("attach", "cycle_failed"):
-            in_flight.pop(r["node_id"])
-    scores = [r["value"]["score"] for r in recs if r["kind"] == "evaluation" and r["value"]["score"]]
+        if isinstance(r, R.Select):
+            assert r.node_id not in in_flight, r
+            in_flight[r.node_id] = r.cycle
+        elif isinstance(r, (R.Attach, R.CycleFailed)):
+            in_flight.pop(r.node_id)
+    scores = [r.value["score"] for r in R.of_kind(recs, R.Evaluation) if r.value["score"]]
     assert out.best.score == max(scores)
 
 
@@ -123,6 +127,6 @@ def test_crash_then_resume_loses_nothing_and_may_change_n(tmp_path, resume_paral
         assert owner_decisions(s.run_dir.path) == owner_decisions(full.run_dir.path)
         assert sorted(first + ev.calls) == sorted(ev_full.calls)
     else:                                    # the new N is recorded where it took effect
-        assert any(r["kind"] == "config" and "search.parallel" in r["changed"] for r in recs)
-    assert out.evaluations == len([r for r in recs if r["kind"] == "evaluation"]) <= 10
-    assert recs[-2]["kind"] == "run_end" or recs[-1]["kind"] == "tree"
+        assert any("search.parallel" in r.changed for r in R.of_kind(recs, R.ConfigChange))
+    assert out.evaluations == len(R.of_kind(recs, R.Evaluation)) <= 10
+    assert isinstance(recs[-2], R.RunEnd) or isinstance(recs[-1], R.TreeSnapshot)

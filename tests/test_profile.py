@@ -158,43 +158,41 @@ def test_an_improve_attempt_takes_the_profiles_move_first():
 
 # ---- the planner hands the profile of the kernel a request is about to the model -----------------------
 def _cycle_with_a_passing_attempt(tmp_path, report_profile):
-    from dataclasses import dataclass
-
     from ksearch.planner.cycle import Attempt
+    from ksearch.store import records as R
     from tests.test_search import by_block, make_search
-
-    @dataclass
-    class ProfiledReport(EvalReport):     # what the evaluator's report carries once the judge profiles
-        profile: dict | None = None
 
     s, ev, journal = make_search(tmp_path, by_block, max_rounds=3)
     s._setup()
-    node = s.select()
-    state = s.start_cycle(node, 1, 3)
-    report = ProfiledReport("sid", "PASSED", "cuda:0", score=1.2, profile=report_profile)
-    state.record(Attempt(1, 1, "action", report, "sid", _code("split_kv")))
+    node = s.steps.select()
+    state = s.steps.start_cycle(node, 1, 3)
+    report = EvalReport("sid", "PASSED", "cuda:0", score=1.2, profile=report_profile)   # as the judge fills it
+    evaluation = R.Evaluation(round=1, node_id=node.node_id, attempt=1, solution_id="sid", value=report.to_json())
+    state.record(Attempt(1, 1, "action", report, (evaluation,), _code("split_kv")))
     return s, state, journal
 
 
 def test_the_refine_request_carries_the_kernels_profile(tmp_path):
     p = profile(spills=128)
     s, state, journal = _cycle_with_a_passing_attempt(tmp_path, p.to_json())
-    req = s.close_request_from_tree(state, s.wm, 1.2)
+    req = s.steps.close_request(state, s.state.tree, 1.2)
     journal.close()
     assert req.context["profile"] == p.to_json()
     assert "Hardware profile of this kernel (per call): kernel" in req.prompt
     assert "_attn spills 128 bytes" in req.prompt
 
 
-def test_a_kernel_without_profile_is_said_so_in_the_prompts(tmp_path):
+def test_a_kernel_without_profile_asks_what_it_asked_before_profiles(tmp_path):
+    """No profile (every CPU run, runs recorded before profiles): the requests carry no profile section and
+    no profile keys, so their keys are those of the recorded runs and a resume of those replays."""
     s, state, journal = _cycle_with_a_passing_attempt(tmp_path, None)
-    req = s.close_request_from_tree(state, s.wm, 1.2)
+    req = s.steps.close_request(state, s.state.tree, 1.2)
     code = s.prompts.code_request(state, "triton")
     journal.close()
-    assert req.context["profile"] is None and "no profile" in req.context["profile_note"]
-    assert "Hardware profile of this kernel (per call): none (the evaluator recorded no profile" in req.prompt
-    assert code.purpose == "improve" and code.context["profile"] is None
-    assert "Hardware profile of that kernel (per call): none (" in code.prompt
+    assert "profile" not in req.context and "profile_note" not in req.context
+    assert "Hardware profile" not in req.prompt
+    assert code.purpose == "improve" and "profile" not in code.context
+    assert "Hardware profile" not in code.prompt
 
 
 def test_an_improve_request_carries_the_profile_of_the_cycles_best(tmp_path):

@@ -1,7 +1,6 @@
 """search.policy=random: a uniform baseline arm over the same frontier, reproducible from run.seed and
 resumable (the draw is a function of seed, round and candidates, not of generator state)."""
 
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -10,7 +9,9 @@ from omegaconf import OmegaConf
 
 from ksearch.config import Config
 from ksearch.llm.offline import OfflineModel
-from ksearch.planner.search import Search
+from ksearch.planner.search import Search, Services, Target
+from ksearch.store import read_records
+from ksearch.store import records as R
 from ksearch.planner.selection import POLICIES, random_pick
 from ksearch.store import Journal, RunDir
 from ksearch.task import load_task
@@ -26,8 +27,8 @@ def _search(path: Path, seed: int, crash_at=None, max_rounds: int = 10):
         run.create(OmegaConf.to_yaml(cfg))
     journal = Journal(run.journal_path, fsync=False)
     ev = ScriptedEvaluator(by_block, crash_at)
-    return Search(cfg, task, OfflineModel(cfg.search.max_new_nodes), ev, run, journal, task.workload_set("tiny"),
-                  "tiny", "cpu"), ev, journal
+    return Search(cfg, Target(task, task.workload_set("tiny"), "tiny", "cpu"),
+                  Services(OfflineModel(cfg.search.max_new_nodes), ev), run, journal), ev, journal
 
 
 def _run(path: Path, seed: int, crash_at=None):
@@ -39,8 +40,7 @@ def _run(path: Path, seed: int, crash_at=None):
 
 
 def _selections(path: Path):
-    recs = [json.loads(x) for x in (path / "journal.jsonl").read_text().splitlines()]
-    return [(r["round"], r["node_id"]) for r in recs if r["kind"] == "select"]
+    return [(r.round, r.node_id) for r in R.of_kind(read_records(path / "journal.jsonl")[0], R.Select)]
 
 
 def test_random_is_a_known_policy_and_its_draw_is_uniform_and_stable():
@@ -71,6 +71,5 @@ def test_random_policy_runs_reproducibly_and_resumes_to_the_same_choices(tmp_pat
 
 def test_random_policy_journals_its_reasoning_components(tmp_path):
     _run(tmp_path / "a", seed=1)
-    recs = [json.loads(x) for x in (tmp_path / "a" / "journal.jsonl").read_text().splitlines()]
-    sel = [r for r in recs if r["kind"] == "select"]
-    assert sel and all(r["policy"] == "random" and r["why"]["policy"] == "random" for r in sel)
+    sel = R.of_kind(read_records(tmp_path / "a" / "journal.jsonl")[0], R.Select)
+    assert sel and all(r.policy == "random" and r.why["policy"] == "random" for r in sel)

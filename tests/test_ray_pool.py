@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from ksearch.store import read_journal
+from ksearch.store import read_records
+from ksearch.store import records as R
 
 import ray  # noqa: E402  (a dev dependency: the README's test command covers the Ray pool)
 
@@ -50,15 +51,15 @@ def test_parallel_search_on_a_local_ray_cluster_finishes_and_leaves_nothing_runn
     assert isinstance(p, pool_mod.RayPool) and len(p.devices) == 2
     assert not ray.is_initialized()                      # the cluster this run started is shut down
     assert p.pids and not [pid for pid in p.pids if _alive(pid)], "an actor or evaluator worker outlived the run"
-    recs = read_journal(run_dir / "journal.jsonl")[0]
-    assert [r["seq"] for r in recs] == list(range(len(recs)))
-    evaluations = [r for r in recs if r["kind"] == "evaluation"]
-    rounds = [r for r in evaluations if r.get("cycle") is not None]
-    final = [r for r in evaluations if r.get("cycle") is None]
+    recs = read_records(run_dir / "journal.jsonl")[0]
+    assert [r.seq for r in recs] == list(range(len(recs)))
+    evaluations = R.of_kind(recs, R.Evaluation)
+    rounds = [r for r in evaluations if r.cycle is not None]
+    final = [r for r in evaluations if r.cycle is None]
     assert len(rounds) == 3                              # one per round
-    assert len(final) <= 1 and all(r["node_id"] == "dispatch" for r in final)   # then the shape-dispatched best
+    assert len(final) <= 1 and all(r.node_id == "dispatch" for r in final)   # then the shape-dispatched best
     assert out.evaluations == len(evaluations)
-    assert len({r["cycle"] for r in rounds}) >= 2
+    assert len({r.cycle for r in rounds}) >= 2
 
 
 @pytest.mark.slow

@@ -1,7 +1,6 @@
 """Runs you can stop and change: resume with new settings, budgets that end a run cleanly, forks, and
 journals damaged by a crash."""
 
-import json
 from pathlib import Path
 
 import pytest
@@ -10,14 +9,15 @@ from omegaconf import OmegaConf
 from ksearch.cli.app import ConfigError, compose_config, execute
 from ksearch.config import Config
 from ksearch.llm.offline import OfflineModel
-from ksearch.planner.search import Search
-from ksearch.store import Journal, JournalCorrupted, RunDir, read_journal
+from ksearch.planner.search import Search, Services, Target
+from ksearch.store import Journal, JournalCorrupted, RunDir, read_records
+from ksearch.store import records as R
 from ksearch.store.fork import load_fork
 from ksearch.task import load_task
 from tests.test_search import TASK, ScriptedEvaluator, by_block
 
 
-def _search(path: Path, fork=None, **over):
+def _search(path: Path, fork=None, model=None, **over):
     # validation (eval.validate) is tested in tests/test_validate.py; these tests count evaluations without it
     cfg = OmegaConf.merge(OmegaConf.structured(Config), {"eval": {"validate": "none"}}, over)
     task = load_task(TASK)
@@ -26,8 +26,8 @@ def _search(path: Path, fork=None, **over):
         run.create(OmegaConf.to_yaml(cfg))
     journal = Journal(run.journal_path, fsync=False)
     ev = ScriptedEvaluator(by_block)
-    s = Search(cfg, task, OfflineModel(cfg.search.max_new_nodes), ev, run, journal, task.workload_set("tiny"),
-               "tiny", "cpu", fork=fork)
+    s = Search(cfg, Target(task, task.workload_set("tiny"), "tiny", "cpu"),
+               Services(model or OfflineModel(cfg.search.max_new_nodes), ev), run, journal, fork=fork)
     return s, ev, journal
 
 
@@ -39,8 +39,8 @@ def _run(path: Path, fork=None, **over):
         j.close()
 
 
-def _records(path: Path):
-    return read_journal(path / "journal.jsonl")[0]
+def _records(path: Path, kind):
+    return R.of_kind(read_records(path / "journal.jsonl")[0], kind)
 
 
 def test_finished_run_extended_with_more_rounds_then_replayed_exactly(tmp_path):
@@ -49,11 +49,10 @@ def test_finished_run_extended_with_more_rounds_then_replayed_exactly(tmp_path):
     assert out4.stop_reason == "round budget used" and len(ev.calls) == 4
     out8, ev = _run(run, search={"max_rounds": 8})
     assert len(ev.calls) == 4                    # only the new rounds were evaluated
-    recs = _records(run)
-    changes = [r for r in recs if r["kind"] == "config"]
-    assert len(changes) == 1 and changes[0]["changed"] == {"search.max_rounds": [4, 8]}
-    assert [r["stop"] for r in recs if r["kind"] == "run_end"] == ["round budget used"] * 2
-    assert len([r for r in recs if r["kind"] == "evaluation"]) == 8
+    changes = _records(run, R.ConfigChange)
+    assert len(changes) == 1 and changes[0].changed == {"search.max_rounds": [4, 8]}
+    assert [r.stop for r in _records(run, R.RunEnd)] == ["round budget used"] * 2
+    assert len(_records(run, R.Evaluation)) == 8
     size = (run / "journal.jsonl").stat().st_size
     again, ev = _run(run, search={"max_rounds": 8})  # both segments replay under their own settings
     assert ev.calls == [] and (run / "journal.jsonl").stat().st_size == size
@@ -90,9 +89,8 @@ def test_fork_starts_from_the_path_to_a_node_with_its_kernels(tmp_path):
     path_ids = [n.node_id for n in out.world_model.path(target.node_id)]
     assert [n["node_id"] for n in seed.tree["nodes"]] == path_ids
     forked, ev = _run(tmp_path / "fork", fork=seed, search={"max_rounds": 3})
-    recs = _records(tmp_path / "fork")
-    fork_rec = next(r for r in recs if r["kind"] == "fork")
-    assert fork_rec["measurements"] == "carried over" and fork_rec["node"] == target.node_id
+    fork_rec = _records(tmp_path / "fork", R.Fork)[0]
+    assert fork_rec.measurements == "carried over" and fork_rec.node == target.node_id
     for nid in path_ids:                          # the path is there, with its kernels
         assert nid in forked.world_model
     assert all(forked.world_model.node(n.node_id).parent_id in (None, *[x.node_id for x in forked.world_model.nodes()])
@@ -128,7 +126,7 @@ def test_torn_last_line_is_dropped_and_a_damaged_middle_is_an_error(tmp_path):
     lines[3] = b"garbage"
     path.write_bytes(b"\n".join(lines))
     with pytest.raises(JournalCorrupted, match="line 4"):
-        read_journal(path)
+        read_records(path)
 
 
 class FlakyModel(OfflineModel):
@@ -149,12 +147,11 @@ class FlakyModel(OfflineModel):
 def test_a_model_failure_stops_the_run_keeps_its_cost_and_resume_continues(tmp_path):
     from ksearch.llm.base import ModelError
     run = tmp_path / "f"
-    s, ev, j = _search(run, search={"max_rounds": 4})
-    s.model = FlakyModel(3)
+    s, ev, j = _search(run, model=FlakyModel(3), search={"max_rounds": 4})
     with pytest.raises(ModelError):
         s.run()
     j.close()
-    failed = [r for r in _records(run) if r["kind"] == "model_failed"]
-    assert len(failed) == 1 and failed[0]["usage"]["cost_usd"] == 0.25
+    failed = _records(run, R.ModelFailed)
+    assert len(failed) == 1 and failed[0].usage["cost_usd"] == 0.25
     out, _ = _run(run, search={"max_rounds": 4})
     assert out.evaluations == 4 and out.spend.cost_usd == pytest.approx(0.25)

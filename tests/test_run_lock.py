@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from ksearch.cli.app import ConfigError, compose_config, execute
-from ksearch.store import read_journal
+from ksearch.store import read_records
+from ksearch.store import records as R
 from ksearch.store.lock import LOCK_NAME, RunLock, RunLocked, probe
 
 CLI = [sys.executable, "-m", "ksearch.cli.main"]
@@ -241,11 +242,11 @@ def test_run_resume_and_show_on_one_run_directory(tmp_path):
             os.killpg(second.pid, signal.SIGKILL)
             second.wait()
 
-    recs = read_journal(run / "journal.jsonl")[0]
-    assert [r["seq"] for r in recs] == list(range(len(recs)))        # one writer at a time: no interleaving
-    keys = [r["key"] for r in recs if r["kind"] == "evaluation"]
-    assert len(keys) == len(set(keys)) and [r["kind"] for r in recs].count("run_start") == 1
-    assert recs[-2]["kind"] == "run_end"
+    recs = read_records(run / "journal.jsonl")[0]
+    assert [r.seq for r in recs] == list(range(len(recs)))        # one writer at a time: no interleaving
+    keys = [r.key for r in R.of_kind(recs, R.Evaluation)]
+    assert len(keys) == len(set(keys)) and len(R.of_kind(recs, R.RunStart)) == 1
+    assert isinstance(recs[-2], R.RunEnd)
     shown = _cli("show", str(run))
     assert "finished: round budget used" in " ".join(shown.stdout.split())
     assert json.loads((run / LOCK_NAME).read_text())["pid"] == second.pid
@@ -259,8 +260,7 @@ def test_show_says_why_a_run_stopped_without_finishing(tmp_path):
     from tests.test_resume_fork import FlakyModel, _run, _search
 
     failed = tmp_path / "f"
-    s, _, j = _search(failed, search={"max_rounds": 3})
-    s.model = FlakyModel(2)
+    s, _, j = _search(failed, model=FlakyModel(2), search={"max_rounds": 3})
     with pytest.raises(ModelError):
         s.run()
     j.close()
@@ -275,6 +275,6 @@ def test_show_says_why_a_run_stopped_without_finishing(tmp_path):
     with RunLock(extended):
         assert load_history(extended).state == "running"      # e.g. resumed with a larger budget
         with (extended / "journal.jsonl").open("a") as f:      # ... which went on past its old end
-            f.write(json.dumps({"seq": 99, "kind": "config", "t": time.time(), "changed": {}}) + "\n")
+            f.write(json.dumps(R.ConfigChange(seq=99, t=time.time()).to_json()) + "\n")
     h = load_history(extended)
     assert not h.ended and h.state == "stopped" and "killed or crashed" in run_summary(h).plain

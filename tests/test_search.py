@@ -1,6 +1,5 @@
 """The search loop with the offline model and a scripted evaluator: cycles, bests, failures, resume."""
 
-import json
 import os
 import signal
 import subprocess
@@ -14,8 +13,9 @@ from omegaconf import OmegaConf
 from ksearch.config import Config
 from ksearch.eval.report import BaselineTimes, EvalReport, WorkloadResult
 from ksearch.llm.offline import OfflineModel, read_plan_header
-from ksearch.planner.search import Search
-from ksearch.store import Journal, RunDir
+from ksearch.planner.search import Search, Services, Target
+from ksearch.store import Journal, RunDir, read_records
+from ksearch.store import records as R
 from ksearch.task import load_task
 
 TASK = "gqa_paged_decode_h32_kv4_d128_ps1"
@@ -61,7 +61,7 @@ def by_block(plan):
     return "PASSED", base * (1 + knobs.get("BLOCK_N", 32) / 256)
 
 
-def make_search(tmp_path, judge, crash_at=None, **search_over):
+def make_search(tmp_path, judge, crash_at=None, evaluator=None, **search_over):
     # validation (eval.validate) is tested in tests/test_validate.py; these tests count evaluations without it
     cfg = OmegaConf.merge(OmegaConf.structured(Config), {"search": search_over, "eval": {"validate": "none"}})
     task = load_task(TASK)
@@ -69,14 +69,14 @@ def make_search(tmp_path, judge, crash_at=None, **search_over):
     if not run.exists():
         run.create(OmegaConf.to_yaml(cfg))
     journal = Journal(run.journal_path, fsync=False)
-    ev = ScriptedEvaluator(judge, crash_at)
-    s = Search(cfg, task, OfflineModel(cfg.search.max_new_nodes), ev, run, journal,
-               task.workload_set("tiny"), "tiny", "cpu")
+    ev = evaluator or ScriptedEvaluator(judge, crash_at)
+    s = Search(cfg, Target(task, task.workload_set("tiny"), "tiny", "cpu"),
+               Services(OfflineModel(cfg.search.max_new_nodes), ev), run, journal)
     return s, ev, journal
 
 
-def _kinds(path):
-    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+def _of(path, kind):
+    return R.of_kind(read_records(Path(path))[0], kind)
 
 
 def test_search_uses_its_round_budget_and_returns_the_global_best(tmp_path):
@@ -84,8 +84,7 @@ def test_search_uses_its_round_budget_and_returns_the_global_best(tmp_path):
     out = s.run()
     j.close()
     assert out.evaluations == 8 == len(ev.calls)
-    recs = _kinds(s.run_dir.journal_path)
-    scores = [r["value"]["score"] for r in recs if r["kind"] == "evaluation" and r["value"]["score"]]
+    scores = [r.value["score"] for r in _of(s.run_dir.journal_path, R.Evaluation) if r.value["score"]]
     assert out.best.score == max(scores)
     assert (tmp_path / "run" / "best" / "solution.py").exists()
     assert read_plan_header((tmp_path / "run" / "best" / "solution.py").read_text())["family"] == "split_kv"
@@ -96,12 +95,12 @@ def test_cycle_ends_on_stagnation_and_is_capped(tmp_path):
     s, ev, j = make_search(tmp_path, flat, max_rounds=6, stagnation_window=1, max_rounds_per_cycle=5)
     s.run()
     j.close()
-    selects = [r for r in _kinds(s.run_dir.journal_path) if r["kind"] == "select"]
+    selects = _of(s.run_dir.journal_path, R.Select)
     assert len(selects) == 3          # attempt 1 passes, attempt 2 does not improve -> 2 rounds per cycle
     s2, ev2, j2 = make_search(tmp_path / "b", by_block, max_rounds=6, stagnation_window=9, max_rounds_per_cycle=2)
     s2.run()
     j2.close()
-    assert len([r for r in _kinds(s2.run_dir.journal_path) if r["kind"] == "select"]) == 3
+    assert len(_of(s2.run_dir.journal_path, R.Select)) == 3
 
 
 def test_failed_cycles_are_counted_and_retire_the_node(tmp_path):
@@ -140,7 +139,7 @@ def test_resume_after_a_crash_redoes_nothing(tmp_path):
     s.run()
     j.close()
     assert first + ev.calls == full_calls          # the same candidates, none evaluated twice
-    evals = [r["key"] for r in _kinds(tmp_path / "cut" / "run" / "journal.jsonl") if r["kind"] == "evaluation"]
+    evals = [r.key for r in _of(tmp_path / "cut" / "run" / "journal.jsonl", R.Evaluation)]
     assert len(evals) == len(set(evals)) == 6
 
 
@@ -155,17 +154,17 @@ def test_cli_run_killed_in_round_three_then_resumed(tmp_path):
     journal = run_dir / "journal.jsonl"
     deadline = time.time() + 240
     while time.time() < deadline:
-        if journal.exists() and journal.read_text().count('"kind":"evaluation"') >= 2:
+        if len(_of(journal, R.Evaluation)) >= 2:
             break
         time.sleep(0.2)
     time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    before = journal.read_text().count('"kind":"evaluation"')
+    before = len(_of(journal, R.Evaluation))
     assert before == 2
     done = subprocess.run(cmd + ["resume", str(run_dir)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    keys = [r["key"] for r in _kinds(journal) if r["kind"] == "evaluation"]
+    keys = [r.key for r in _of(journal, R.Evaluation)]
     assert len(keys) == 4 and len(set(keys)) == 4
     assert (run_dir / "best" / "solution.py").exists()
     shown = subprocess.run(cmd + ["show", str(run_dir)], env=env, capture_output=True, text=True, timeout=120)

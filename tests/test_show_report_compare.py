@@ -13,6 +13,7 @@ import pytest
 
 from ksearch.cli.main import main
 from ksearch.store import NotARunError, load_history
+from ksearch.store import records as R
 from ksearch.viz.speedups import prediction_points
 from ksearch.world_model import Action, AttachedSolution, Node
 
@@ -77,7 +78,8 @@ def write_synthetic_run(path: Path, *, ended=True, torn=True) -> Path:
         {"seq": 1, "kind": "baseline", "t": 1001.0, "key": "k",
          "value": {"device": "cpu", "variants": {"ref": {"w1": 1.0}}, "label": "scripted"}},
         {"seq": 2, "kind": "model", "t": 1002.0, "key": "m1", "request": {"purpose": "init"}, "value": model_value},
-        {"seq": 3, "kind": "config", "t": 1002.5, "config": {"search": {"max_rounds": 9}}, "changed": ["x"]},
+        {"seq": 3, "kind": "config", "t": 1002.5, "config": {"search": {"max_rounds": 9}},
+         "changed": {"search.max_rounds": [12, 9]}},
         _eval(4, 1010.0, 1, "a", "sa", 1.2),
         {"seq": 5, "kind": "best", "t": 1010.5, "solution_id": "sa", "score": 1.2, "node_id": "a", "round": 1},
         {"seq": 6, "kind": "model", "t": 1011.0, "key": "m2", "request": {"purpose": "action"}, "value": model_value},
@@ -125,8 +127,9 @@ def test_history_reads_a_real_run(real_run):
 def test_history_tolerates_a_torn_tail_unknown_kinds_and_new_fields(toy_run):
     h = load_history(toy_run)
     assert h.torn_tail and h.stop_reason == "round budget used"
-    assert h.unknown_kinds == ["mystery_kind"] and len(h.by_kind["remeasure"]) == 1
-    assert h.forked_from == {"from": "/runs/src", "node": "n3"} and h.config_changes()[0]["changed"] == ["x"]
+    assert h.unknown_kinds == ["mystery_kind"] and len(h.of(R.Remeasure)) == 1
+    assert h.forked_from == {"from": "/runs/src", "node": "n3"}
+    assert h.config_changes()[0].changed == {"search.max_rounds": [12, 9]}
     assert h.best_report().solution_id == "sb" and h.best_report().speedups == {"w1": 1.8}
     assert [e.solution_id for e in h.evaluations] == ["sa", "sc", "sb"]
     assert h.usage.cost_usd == pytest.approx(0.5) and h.usage.total_tokens == 240 and h.usage.requests == 2
@@ -139,10 +142,10 @@ def test_history_tolerates_a_torn_tail_unknown_kinds_and_new_fields(toy_run):
 def test_best_report_is_the_measurement_the_best_was_chosen_on(toy_run):
     h = load_history(toy_run)
     assert h.best_report().speedups == {"w1": 1.8}          # no re-measurement: the evaluation itself
-    h.by_kind["remeasure"] = [{"kind": "remeasure", "round": 4, "value": {"reports": [
+    h.records[:] = [r for r in h.records if not isinstance(r, R.Remeasure)] + [R.Remeasure(round=4, value={"reports": [
         {"solution_id": "sa", "status": "PASSED", "device": "cpu", "score": 1.1, "elapsed_s": 1.0},
         {"solution_id": "sb", "status": "PASSED", "device": "cpu", "score": 1.8, "elapsed_s": 1.0,
-         "speedups": {"w1": 1.79}}]}}]
+         "speedups": {"w1": 1.79}}]})]
     assert h.best_report().speedups == {"w1": 1.79} and h.eval_s == pytest.approx(7.0)   # one job
 
 
@@ -279,7 +282,7 @@ def test_report_of_a_hand_written_run(toy_run, tmp_path):
     assert "1 world-model edit scripts were rejected" in md and "bad \\| op" in md
     assert "1 model replies held no usable code" in md
     assert "does not interpret: mystery_kind" in md and "forked from `/runs/src` at node `n3`" in md
-    assert "1 passing kernels were not taken as the new best" in md and "1 near-ties were re-measured" in md and "Settings changed on resume (at record 3): x." in md
+    assert "1 passing kernels were not taken as the new best" in md and "1 near-ties were re-measured" in md and "Settings changed on resume (at record 3): search.max_rounds." in md
     assert "40.0s" in md and "6.0s (15% of the wall clock)" in md
 
 

@@ -1,6 +1,5 @@
 """`ksearch show` at a glance: one line per node at 100 columns, short stable ids, folded subtrees."""
 
-import json
 import re
 import shutil
 
@@ -8,11 +7,12 @@ import networkx as nx
 import pytest
 
 from ksearch.cli.main import main
-from ksearch.store import load_history
+from ksearch.store import load_history, read_records
+from ksearch.store import records as R
 from ksearch.store.best_manifest import BestKind, manifest_from_history
 from ksearch.store.short_ids import ShortIds
-from ksearch.viz.tree_view import render_tree
 from ksearch.world_model.facts import families
+from ksearch.viz.tree_view import render_tree
 from tests.test_show_report_compare import recorded_run, write_synthetic_run
 
 _ID = re.compile(r"(?:^|[─━] )(n\d+) ")
@@ -74,7 +74,7 @@ def test_piped_show_defaults_to_100_columns_and_width_overrides(real_run, capsys
 def test_short_ids_are_stable_as_the_journal_grows_and_accepted_by_node(real_run, tmp_path, capsys):
     full = ShortIds.from_history(load_history(real_run))
     journal = (real_run / "journal.jsonl").read_text().splitlines(keepends=True)
-    trees = [i for i, line in enumerate(journal) if json.loads(line)["kind"] == "tree"]
+    trees = [i for i, r in enumerate(read_records(real_run / "journal.jsonl")[0]) if isinstance(r, R.TreeSnapshot)]
     part = tmp_path / "part"
     shutil.copytree(real_run, part)
     (part / "journal.jsonl").write_text("".join(journal[:trees[1] + 1]))   # the run as it was mid-way

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from ksearch.cli.main import main
-from ksearch.store import Journal, read_journal
+from ksearch.store import Journal, read_records
+from ksearch.store import records as R
 from ksearch.store.shutdown import EXIT_DISK_FULL, EXIT_TERMINATED, terminated_message
 
 CLI = [sys.executable, "-m", "ksearch.cli.main"]
@@ -32,12 +33,16 @@ def _records(run: Path) -> int:
     return p.read_bytes().count(b"\n") if p.exists() else 0
 
 
-def _assert_whole_and_sequential(run: Path) -> list[dict]:
+def _assert_whole_and_sequential(run: Path) -> list[R.Record]:
     data = (run / "journal.jsonl").read_bytes()
     assert data.endswith(b"\n")
-    recs, good = read_journal(run / "journal.jsonl")
-    assert good == len(data) and [r["seq"] for r in recs] == list(range(len(recs)))
+    recs, good = read_records(run / "journal.jsonl")
+    assert good == len(data) and [r.seq for r in recs] == list(range(len(recs)))
     return recs
+
+
+def _ends_finished(recs: list[R.Record]) -> bool:
+    return isinstance(recs[-2], R.RunEnd) and isinstance(recs[-1], R.TreeSnapshot)
 
 
 def _descendants(pid: int) -> set[int]:
@@ -66,7 +71,7 @@ def test_a_write_cut_short_by_a_full_disk_leaves_only_whole_lines(tmp_path, monk
     path = tmp_path / "journal.jsonl"
     j = Journal(path, fsync=False)
     for i in range(3):
-        j.event("tree", round=i, tree={"i": i})
+        j.append(R.TreeSnapshot(round=i, tree={"i": i}))
     before = path.read_bytes()
     real_write, calls = os.write, []
 
@@ -80,7 +85,7 @@ def test_a_write_cut_short_by_a_full_disk_leaves_only_whole_lines(tmp_path, monk
 
     monkeypatch.setattr(os, "write", short_then_full)
     with pytest.raises(OSError) as e:
-        j.event("tree", round=3, tree={"big": "x" * 10000})
+        j.append(R.TreeSnapshot(round=3, tree={"big": "x" * 10000}))
     monkeypatch.undo()
     j.close()
     assert e.value.errno == errno.ENOSPC and e.value.filename == str(path) and len(calls) == 2
@@ -93,28 +98,27 @@ def test_a_write_cut_short_by_a_full_disk_leaves_only_whole_lines(tmp_path, monk
 def test_a_full_disk_in_a_run_ends_with_one_line_and_resume_finishes(tmp_path, monkeypatch, capsys):
     """In-process, the disk fills after a few records (a full disk for real is the tmpfs test below)."""
     run = tmp_path / "r"
-    real_append = Journal._append
+    real_write = Journal._write
 
     def fills_up(self, record):
-        # the record after a fresh run's first tree snapshot does not fit
+        # the record after a fresh run's first tree snapshot does not fit (the show below then has a tree)
         if not self.recorded and getattr(self, "_tree_written", False):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
-        self._tree_written = record.get("kind") == "tree"
-        return real_append(self, record)
+        self._tree_written = isinstance(record, R.TreeSnapshot)
+        return real_write(self, record)
 
-    monkeypatch.setattr(Journal, "_append", fills_up)
+    monkeypatch.setattr(Journal, "_write", fills_up)
     rc = main(["run", f"run.dir={run}", "search.max_rounds=1", "run.live=false"])
     out, err = capsys.readouterr()
     assert rc == EXIT_DISK_FULL, out[-2000:]
     assert _lines(err) == [_lines(err)[0]] and "disk is full" in err and f"ksearch resume {run}" in err
     assert "intact" in err and "Traceback" not in out + err
-    assert _assert_whole_and_sequential(run)[-1]["kind"] == "tree"
+    assert isinstance(_assert_whole_and_sequential(run)[-1], R.TreeSnapshot)
     monkeypatch.undo()
     assert main(["show", str(run)]) == 0
     assert "stopped without finishing" in " ".join(capsys.readouterr().out.split())
     assert main(["resume", str(run)]) == 0
-    recs = _assert_whole_and_sequential(run)
-    assert [r["kind"] for r in recs][-2:] == ["run_end", "tree"]
+    assert _ends_finished(_assert_whole_and_sequential(run))
 
 
 @pytest.fixture
@@ -149,7 +153,7 @@ def test_a_really_full_disk_ends_with_one_line_and_resume_finishes_after_space_i
     subprocess.run(["mount", "-o", "remount,size=8m", str(small_disk)], check=True)
     resumed = subprocess.run(CLI + ["resume", str(run)], env=ENV, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert [r["kind"] for r in _assert_whole_and_sequential(run)][-2:] == ["run_end", "tree"]
+    assert _ends_finished(_assert_whole_and_sequential(run))
 
 
 # ---- SIGTERM --------------------------------------------------------------------------------------------
@@ -181,7 +185,7 @@ def test_sigterm_ends_a_run_with_one_line_kills_its_workers_and_resume_finishes(
     assert json.loads((run / ".lock").read_text())["pid"] == proc.pid
     resumed = subprocess.run(CLI + ["resume", str(run)], env=ENV, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert [r["kind"] for r in _assert_whole_and_sequential(run)][-2:] == ["run_end", "tree"]
+    assert _ends_finished(_assert_whole_and_sequential(run))
 
 
 @pytest.mark.slow

@@ -340,7 +340,9 @@ def test_ksearch_run_passes_on_tiny(tmp_path):
                            "search.max_rounds=4", "run.live=false", "eval.device=cpu"],
                           capture_output=True, text=True, env=env, cwd=str(PROJECT_ROOT), timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    records = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
-    assert sum(r["kind"] == "evaluation" for r in records) == 4
+    from ksearch.store import read_records
+    from ksearch.store import records as R
+
+    assert len(R.of_kind(read_records(run_dir / "journal.jsonl")[0], R.Evaluation)) == 4
     assert (run_dir / "best" / "solution.py").exists()
     assert "best:" in proc.stdout and "vs PyTorch reference (CPU)" in proc.stdout

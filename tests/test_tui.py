@@ -6,7 +6,6 @@ best node, follows a run whose journal is still being written, and never writes 
 
 import asyncio
 import io
-import json
 import shutil
 from pathlib import Path
 
@@ -15,7 +14,8 @@ from rich.console import Console
 from textual.widgets import Static, TabbedContent, Tree
 
 from ksearch.cli.main import main
-from ksearch.store import load_history
+from ksearch.store import load_history, read_records
+from ksearch.store import records as R
 from ksearch.viz.tui import RunBrowser
 from tests.test_show_report_compare import recorded_run, write_synthetic_run
 
@@ -124,8 +124,7 @@ def test_filters_by_status_and_family(toy_run):
 
 
 def _tree_records(journal: Path) -> list[int]:
-    lines = journal.read_text().splitlines(keepends=True)
-    return [i for i, line in enumerate(lines) if json.loads(line)["kind"] == "tree"]
+    return [i for i, r in enumerate(read_records(journal)[0]) if isinstance(r, R.TreeSnapshot)]
 
 
 def test_follows_a_run_that_is_still_being_written(real_run, tmp_path):

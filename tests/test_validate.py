@@ -19,7 +19,9 @@ from omegaconf import OmegaConf
 from ksearch.config import Config
 from ksearch.eval.report import EvalReport, WorkloadResult
 from ksearch.llm.offline import OfflineModel, read_plan_header
-from ksearch.planner.search import Search
+from ksearch.planner.search import Search, Services, Target
+from ksearch.store import read_records
+from ksearch.store import records as R
 from ksearch.planner.validation import recorded_before_validation, resolve_set
 from ksearch.store import Journal, RunDir
 from ksearch.task import list_tasks, load_task
@@ -213,8 +215,8 @@ def _search(path: Path, evaluator, validate="auto", max_rounds=10):
     if not run.exists():
         run.create(OmegaConf.to_yaml(cfg))
     journal = Journal(run.journal_path, fsync=False)
-    return Search(cfg, task, OfflineModel(cfg.search.max_new_nodes), evaluator, run, journal,
-                  task.workload_set("tiny"), "tiny", "cpu"), journal
+    return Search(cfg, Target(task, task.workload_set("tiny"), "tiny", "cpu"),
+                  Services(OfflineModel(cfg.search.max_new_nodes), evaluator), run, journal), journal
 
 
 def _run(path, evaluator, **kw):
@@ -226,30 +228,30 @@ def _run(path, evaluator, **kw):
 
 
 def _records(path):
-    return [json.loads(x) for x in (path / "journal.jsonl").read_text().splitlines()]
+    return read_records(path / "journal.jsonl")[0]
 
 
 def test_a_kernel_that_fails_or_regresses_on_validate_never_becomes_best(tmp_path):
     ev = HeldOutEvaluator(by_block, wide_tiles_break)
     out = _run(tmp_path / "r", ev)
     recs = _records(tmp_path / "r")
-    verdicts = [r for r in recs if r["kind"] == "validate_verdict"]
-    measured = [r for r in recs if r["kind"] == "validate"]
+    verdicts = R.of_kind(recs, R.ValidateVerdict)
+    measured = R.of_kind(recs, R.Validate)
     assert verdicts and len(measured) == len(verdicts)
-    assert all(r["set"] == "validate_cpu" for r in measured)
-    rejected = [r for r in verdicts if not r["accepted"]]
+    assert all(r.set == "validate_cpu" for r in measured)
+    rejected = [r for r in verdicts if not r.accepted]
     assert rejected, "by_block favours BLOCK_N 128 on feedback; validate must refuse it"
-    assert any("failed on validate_cpu" in r["basis"] for r in rejected)
+    assert any("failed on validate_cpu" in r.basis for r in rejected)
     best_plan = read_plan_header((tmp_path / "r" / "best" / "solution.py").read_text())
     assert best_plan["knobs"].get("BLOCK_N") != 128
     assert out.best.validate_set == "validate_cpu" and out.best.validate_score is not None
-    bests = [r for r in recs if r["kind"] == "best"]
-    assert all(r["validate_score"] is not None for r in bests)
+    bests = R.of_kind(recs, R.BestRecord)
+    assert all(r.validate_score is not None for r in bests)
     # each accepted best did not regress on validate against the one before it
-    acc = [r for r in verdicts if r["accepted"]]
+    acc = [r for r in verdicts if r.accepted]
     for prev, new in zip(acc, acc[1:]):
-        assert new["incumbent_validate_score"] == prev["validate_score"]
-        assert new["validate_score"] >= prev["validate_score"] * 0.95
+        assert new.incumbent_validate_score == prev.validate_score
+        assert new.validate_score >= prev.validate_score * 0.95
     rep = json.loads((tmp_path / "r" / "best" / "validate_report.json").read_text())
     assert rep["score"] == out.best.validate_score
     # a resumed (finished) run replays every verdict without measuring anything
@@ -261,7 +263,7 @@ def test_a_kernel_that_fails_or_regresses_on_validate_never_becomes_best(tmp_pat
 def test_without_validation_the_feedback_winner_is_the_best(tmp_path):
     ev = HeldOutEvaluator(by_block, wide_tiles_break)
     out = _run(tmp_path / "r", ev, validate="none")
-    assert not [r for r in _records(tmp_path / "r") if r["kind"].startswith("validate")]
+    assert not [r for r in _records(tmp_path / "r") if isinstance(r, (R.Validate, R.ValidateVerdict))]
     assert not any(c.endswith("@validate") for c in ev.calls)
     assert out.best.validate_score is None
 
@@ -280,7 +282,7 @@ def test_validate_setting_is_checked():
 
 def test_runs_recorded_before_validation_replay_without_it(tmp_path):
     class J:
-        recorded = [{"kind": "run_start", "config": {"eval": {"workloads": "auto"}}}]
+        recorded = [R.RunStart(config={"eval": {"workloads": "auto"}})]
     assert recorded_before_validation(J())
-    J.recorded = [{"kind": "run_start", "config": {"eval": {"validate": "auto"}}}]
+    J.recorded = [R.RunStart(config={"eval": {"validate": "auto"}})]
     assert not recorded_before_validation(J())

@@ -181,13 +181,10 @@ def fork_settings(cfg: DictConfig) -> tuple[str | None, str | None]:
 
 def recorded_settings(run_path: Path) -> DictConfig | None:
     """The settings a run's journal says are in effect at its end (first segment + recorded changes)."""
-    from ksearch.store import records as R
+    from ksearch.store import read_records
+    from ksearch.store.state import fold
 
-    records, _ = R.read_records(run_path / "journal.jsonl")
-    cfg = None
-    for r in records:
-        if isinstance(r, (R.RunStart, R.ConfigChange)) and r.config:
-            cfg = r.config
+    cfg = fold(read_records(run_path / "journal.jsonl")[0]).config
     return OmegaConf.merge(OmegaConf.structured(Config), cfg) if cfg else None  # type: ignore[return-value]
 
 
@@ -288,7 +285,7 @@ def open_memory(cfg: DictConfig, task: Any) -> Any:
 def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None):
     from ksearch.eval.parent.pool import build_pool
     from ksearch.llm import build_model
-    from ksearch.planner.search import Search, frozen_changes, settings_diff
+    from ksearch.planner.search import Search, Services, Target, frozen_changes, settings_diff
     from ksearch.store import Journal, RunDir
     from ksearch.store.fork import ForkError, load_fork, seed_from_own_journal
     from ksearch.store.replay import RecordedEvaluator
@@ -343,8 +340,9 @@ def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: A
     else:
         evaluator = pool()
     try:
-        search = Search(c, task, model, evaluator, run, journal, workloads, set_name, device, progress, fork=fork,
-                        memory=memory)
+        services = Services(model, evaluator, progress, memory) if progress is not None else \
+            Services(model, evaluator, memory=memory)
+        search = Search(c, Target(task, workloads, set_name, device), services, run, journal, fork=fork)
         return search.run()
     finally:
         evaluator.close()

@@ -240,7 +240,8 @@ def run(args: argparse.Namespace) -> int:
     from ksearch.store.atomic import atomic_write
     from ksearch.eval.parent.evaluator import Evaluator
     from ksearch.eval.clocks.roofline import compute_rate, limit_fraction, measure_peaks
-    from ksearch.instantiate import Solution, solution_from_text
+    from ksearch.instantiate import Solution
+    from ksearch.interop.flashinfer_bench import solution_from_user_text
     from ksearch.task.catalog import load_catalog
     from ksearch.task import load_task
 
@@ -258,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
             atomic_write(args.out, json.dumps({"task": task.name, "workload_set": set_name, "device": device,
                                                   "versions": _versions(), **result}, indent=1, default=str))
         return 0
-    kernels: list[tuple[str, str]] = [(Path(s).name, solution_from_text(task.name, Path(s).read_text()).main_source)
+    kernels: list[tuple[str, str]] = [(Path(s).name, solution_from_user_text(task.name, Path(s).read_text()).main_source)
                                       for s in args.solution]
     for r in args.run:
         best = Solution.from_json(json.loads((Path(r) / "best" / "solution.json").read_text()))

@@ -11,9 +11,9 @@ like any other candidate.
 
 The generated `run(<definition inputs>)` reads only tensor *shapes* on the host (never index values:
 that would wait on the device), computes the region's bucket indices with the task's `RegionScheme`,
-and calls that region's kernel, or the fallback (the overall best) for regions without one. The choice
-is cached by the shape values the regions read, so a call with shapes seen before costs one tuple and
-one dict lookup on top of the kernel's own run (issue 23: the host path of a dispatched solution).
+and calls that region's kernel, or the fallback (the overall best) for regions without one. (A cache of
+that choice by shape would cut the host path further, but it changes every composed kernel and with it
+the solution ids a recorded run's resume must reproduce: it waits for a versioned generator.)
 """
 
 from __future__ import annotations
@@ -229,8 +229,6 @@ def compose(members: list[Member], table: dict[tuple[int, ...], str], fallback: 
     shapes = {a: axis_sources[a] for a in scheme.axes_used()}
     rows = ",\n".join(f"    {key!r}: _k{index[sid]}_run" for key, sid in sorted(table.items()))
     args = ", ".join(input_names)
-    dims = [f"{input_names[p]}.shape[{d}]" for _, (p, d) in sorted(shapes.items())]
-    key = f"({', '.join(dims)},)" if dims else "()"
     header = (f'"""Shape-dispatched solution for {task}: {len(members)} kernels, one per region of the shape\n'
               f"space; run() picks by tensor shapes only (no device sync), else the overall best.\n"
               f"Members: {', '.join(ids)}; fallback: {fallback}.\n" + '"""\n')
@@ -260,21 +258,9 @@ def _region(inputs):
     return tuple(key)
 
 
-# (the shape values the regions read) -> kernel: after the first call of a shape, dispatch is one lookup.
-_CHOSEN = {{}}
-
-
-def _choose(key, inputs):
-    if len(_CHOSEN) > 4096:                 # a serving loop sees new totals every step: stay bounded
-        _CHOSEN.clear()
-    kernel = _CHOSEN[key] = _TABLE.get(_region(inputs), _FALLBACK)
-    return kernel
-
-
 def run({args}):
-    _key = {key}
-    _kernel = _CHOSEN.get(_key) or _choose(_key, ({args},))
-    return _kernel({args})
+    kernel = _TABLE.get(_region(({args},)), _FALLBACK)
+    return kernel({args})
 '''
     plan = DISPATCH_HEADER + repr({"members": ids, "fallback": fallback,
                                    "table": {",".join(map(str, k)): v for k, v in sorted(table.items())}})

@@ -72,32 +72,12 @@ class Solution:
 
 
 def solution_from_text(definition: str, text: str, entry: str = "run", **meta: Any) -> "Solution":
-    """A Solution from a model reply or a file: Python/Triton (main.py) or CUDA C++ (main.cu), by content,
-    or a FlashInfer-Bench Solution JSON document (so `search.seed_solution` may name one)."""
+    """A Solution from a model reply or kernel source: Python/Triton (main.py) or CUDA C++ (main.cu), by
+    content. A file a user hands over may also be a FlashInfer-Bench document:
+    ksearch.interop.flashinfer_bench.solution_from_user_text reads both."""
     from ksearch.instantiate.extract import extract_code
-
-    if text.lstrip().startswith("{"):
-        fib = _fib_document(text)
-        if fib is not None:
-            from ksearch.interop.flashinfer_bench import from_fib
-
-            sol = from_fib(fib)
-            return Solution(definition=definition or sol.definition, sources=sol.sources, language=sol.language,
-                            entry_point=sol.entry_point, **{"name": sol.name, "author": sol.author, **meta})
 
     code = extract_code(text, entry)
     return Solution(definition=definition, sources=(SourceFile(code.file_name, code.code),),
                     language="cuda" if code.language == "cuda" else "triton",
                     entry_point=code.entry_point(), **meta)
-
-
-def _fib_document(text: str) -> dict[str, Any] | None:
-    import json
-
-    from ksearch.interop.flashinfer_bench import is_fib_solution
-
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    return doc if is_fib_solution(doc) else None

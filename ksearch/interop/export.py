@@ -56,7 +56,7 @@ def _inputs(definition: dict[str, Any] | None, params: dict[str, Any]) -> dict[s
 def traces_of(history: Any, definition: dict[str, Any] | None, names: dict[str, str]) -> list[FibTrace]:
     """One trace per (evaluation, workload), in journal order."""
     start = history.run_start
-    workloads = {w["name"]: w for w in start.get("workloads", [])}
+    workloads = {w["name"]: w for w in start.workloads if isinstance(w, dict) and "name" in w}
     baseline = history.baseline.best() if history.baseline else {}
     label = history.baseline.label if history.baseline else ""
     out = []

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ksearch.instantiate.solution import Solution, SourceFile
+from ksearch.instantiate.solution import Solution, SourceFile, solution_from_text
 
 
 class FibSource(BaseModel):
@@ -121,3 +121,25 @@ def to_fib(sol: Solution, *, name: str | None = None, target_hardware: list[str]
         spec=FibSpec(language=sol.language, target_hardware=target_hardware or list(sol.target_hardware),
                      entry_point=sol.entry_point, dependencies=dependencies),
         sources=[FibSource(path=s.path, content=s.content) for s in sol.sources])
+
+
+def solution_from_user_text(definition: str, text: str, entry: str = "run", **meta: Any) -> Solution:
+    """A file a user hands over (`search.seed_solution`, `ksearch eval`, `ksearch bench --solution`): a
+    FlashInfer-Bench Solution document, else kernel source (instantiate.solution_from_text)."""
+    if text.lstrip().startswith("{"):
+        doc = _fib_document(text)
+        if doc is not None:
+            sol = from_fib(doc)
+            return Solution(definition=definition or sol.definition, sources=sol.sources, language=sol.language,
+                            entry_point=sol.entry_point, **{"name": sol.name, "author": sol.author, **meta})
+    return solution_from_text(definition, text, entry, **meta)
+
+
+def _fib_document(text: str) -> dict[str, Any] | None:
+    import json
+
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return doc if is_fib_solution(doc) else None

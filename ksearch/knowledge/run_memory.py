@@ -92,14 +92,15 @@ class RunMemory:
         return cls(task, KnowledgeStore(store_path(cfg.memory)), write=bool(cfg.memory.write) and not replay,
                    recording=Path(str(replay)) if replay else None)
 
-    def begin(self, run_start: Mapping[str, Any], run_path: Path, device: str, workload_set: str,
+    def begin(self, run_start: Any, run_path: Path, device: str, workload_set: str,
               baseline_env: Mapping[str, Any] | None) -> None:
-        """Name the run (its folder and start time: the same on every resume) and the GPU it runs on."""
+        """Name the run (its folder and start time: the same on every resume) and the GPU it runs on.
+        `run_start`: the run's first RunStart record (the one a resume finds in its journal)."""
         self.gpu = gpu_label(device, baseline_env)
         self.workload_set = workload_set
-        stamp = f"{Path(run_path).resolve()}@{run_start.get('t')}"
+        stamp = f"{Path(run_path).resolve()}@{run_start.t}"
         self.run_id = f"{Path(run_path).name}-{hashlib.sha1(stamp.encode()).hexdigest()[:10]}"
-        self._on_at_start = memory_on_at_start(run_start.get("config"))
+        self._on_at_start = memory_on_at_start(run_start.config)
 
     # ---- recall -----------------------------------------------------------------------------------
     def recall(self, journal: Any, notify: Callable[[str], None]) -> Recall:
@@ -107,7 +108,10 @@ class RunMemory:
         if not self._on_at_start:
             return Recall()
         key = f"{self.signature.digest}@{self.gpu}"
-        recalled = Recall.model_validate(journal.memo(RECORD_KIND, key, lambda: self._lookup(notify).to_json()))
+        from ksearch.store.records import MemoryRecall
+
+        recalled = Recall.model_validate(journal.memo(MemoryRecall(key=key),
+                                                      lambda: self._lookup(notify).to_json()).value)
         if not recalled.empty:
             best = recalled.best()
             head = f"best {best.family} {best.best_score:.4g}x" if best and best.best_score is not None else \
@@ -130,12 +134,12 @@ class RunMemory:
         return build_recall(rows, sig.digest, sig.op_type, self.gpu, source=str(self.store.path))
 
     def _from_recording(self, recording: Path) -> Recall:
-        from ksearch.store import read_journal
+        from ksearch.store import read_records
+        from ksearch.store.records import MemoryRecall, of_kind
 
-        records, _ = read_journal(recording / "journal.jsonl")
-        for r in records:
-            if r.get("kind") == RECORD_KIND and isinstance(r.get("value"), dict):
-                return Recall.model_validate(r["value"])
+        records, _ = read_records(recording / "journal.jsonl")
+        for r in of_kind(records, MemoryRecall):
+            return Recall.model_validate(r.value)
         return Recall(source=f"{recording} (it recorded no memory)", signature=self.signature.digest,
                       op_type=self.signature.op_type, gpu=self.gpu)
 

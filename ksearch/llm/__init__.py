@@ -85,14 +85,15 @@ def _asked_before(run_dir: str | Path | None) -> list[list[dict[str, Any]]]:
     """Chat messages of the model requests already in this run's journal (a resume replays them)."""
     if run_dir is None or not (Path(run_dir) / "journal.jsonl").is_file():
         return []
-    from ksearch.store import read_journal
+    from ksearch.store import read_records
+    from ksearch.store.records import ModelCall
 
-    records, _ = read_journal(Path(run_dir) / "journal.jsonl")
+    records, _ = read_records(Path(run_dir) / "journal.jsonl")
     out = []
     for r in records:
-        if r.get("kind") == "model" and isinstance(r.get("request"), dict):
+        if isinstance(r, ModelCall) and r.request:
             try:
-                out.append(ModelRequest.from_json(r["request"]).messages())
+                out.append(ModelRequest.from_json(r.request).messages())
             except (KeyError, TypeError):
                 continue
     return out

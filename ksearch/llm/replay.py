@@ -35,7 +35,8 @@ class _Answers:
 
 class ReplayModel:
     def __init__(self, recording: Path | str):
-        from ksearch.store import read_journal     # lazily: the store imports the solution types
+        from ksearch.store import read_records     # lazily: the store imports the solution types
+        from ksearch.store.records import ModelCall, RunStart
 
         self.recording = Path(recording)
         journal = self.recording / "journal.jsonl"
@@ -43,7 +44,7 @@ class ReplayModel:
             raise ModelError(f"llm.replay={recording}: no such directory; point it at a run directory "
                              f"(runs/<task>/<timestamp>)")
         try:
-            records, _ = read_journal(journal)
+            records, _ = read_records(journal)
         except Exception as e:      # a damaged journal: say which file, do not guess
             raise ModelError(f"llm.replay={recording}: cannot read {journal}: {e}") from None
         self._by_key: dict[str, _Answers] = defaultdict(_Answers)
@@ -52,15 +53,15 @@ class ReplayModel:
         name = None
         self.recorded_requests = 0
         for r in records:
-            if r.get("kind") == "run_start" and r.get("model") and name is None:
-                name = str(r["model"])
-            if r.get("kind") != "model" or not isinstance(r.get("value"), dict):
+            if isinstance(r, RunStart) and r.model and name is None:
+                name = r.model
+            if not isinstance(r, ModelCall) or not r.value:
                 continue
-            value = r["value"]
+            value = r.value
             self.recorded_requests += 1
-            self._by_key[str(r.get("key"))].values.append(value)
-            req = r.get("request")
-            if isinstance(req, dict) and value.get("model") != "offline":
+            self._by_key[r.key].values.append(value)
+            req = r.request
+            if req and value.get("model") != "offline":
                 try:
                     mreq = ModelRequest.from_json(req)
                 except (KeyError, TypeError):

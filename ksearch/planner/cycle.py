@@ -8,51 +8,105 @@ depends only on its own attempts, so cycles can run side by side and their resul
 
 from __future__ import annotations
 
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 from ksearch.eval.clocks.noise import compare_reports
 from ksearch.eval.report import EvalReport
+from ksearch.store import records as R
 from ksearch.world_model import Node
 
 
-@dataclass
+@dataclass(frozen=True)
 class Attempt:
-    """One round: the model's code (if it gave any) and its measurement."""
+    """One round: the model's reply, and the measurement of its code (or why it held none)."""
 
-    attempt: int
+    number: int                            # 1, 2, ... within its cycle
     round: int
     mode: str
-    report: EvalReport
-    solution_id: str | None = None         # None: the reply held no usable code (bad_error says why)
+    report: EvalReport                     # a COMPILE_ERROR report whose log says why when there was no code
+    records: tuple[R.Record, ...]          # its model reply, then its evaluation: applied with the attempt
+    code: str | None = None                # None: the reply held no usable code
+
+    @property
+    def solution_id(self) -> str | None:
+        return next((r.solution_id for r in self.records if isinstance(r, R.Evaluation)), None)
+
+
+@dataclass(frozen=True)
+class Base:
+    """The kernel a step builds on (through split steps): none for a family, which starts from scratch."""
+
+    solution_id: str | None = None
     code: str | None = None
-    bad_error: str | None = None
-    usage: dict = field(default_factory=dict)
+    score: float | None = None
 
 
-@dataclass
-class CycleState:
-    """Replaces the positional parameters the loop used to pass around: node, base, attempts, best."""
+@dataclass(frozen=True)
+class Outlook:
+    """The run as the cycle's prompts see it, taken when the cycle starts."""
 
+    best_score: float | None = None        # the global best (for the close request)
+    regions: str = "-"                     # per-region evidence, one line per region
+    region_context: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CycleStart:
     cycle: int                             # the cycle id (1, 2, ...), recorded on every record of its work
     node: Node
     first_round: int                       # the round label of attempt 1
     max_attempts: int                      # attempts this cycle may make (cap and round budget)
-    stagnation_window: int
-    improvement_margin: float
-    base_sid: str | None = None
-    base_code: str | None = None
-    base_score: float | None = None
-    best_score: float | None = None        # the global best when the cycle started (for the close request)
-    regions: str = "-"                     # per-region evidence when the cycle started (its prompts' snapshot)
-    region_context: dict[str, Any] = field(default_factory=dict)
-    codes: list[str] = field(default_factory=list)
-    best: tuple[str, EvalReport] | None = None
-    best_sid: str | None = None
-    last: EvalReport | None = None
-    streak: int = 0
-    k: int = 0                             # attempts made
-    attempts: list[Attempt] = field(default_factory=list)
+    base: Base = field(default_factory=Base)
+    outlook: Outlook = field(default_factory=Outlook)
+
+
+@dataclass(frozen=True)
+class Rules:
+    stagnation_window: int                 # non-improving attempts that end a cycle
+    improvement_margin: float              # relative gain that counts as an improvement
+
+
+@dataclass
+class CycleState:
+    """A started cycle and the attempts folded into it so far."""
+
+    start: CycleStart
+    rules: Rules
+    attempts: list[Attempt] = field(default_factory=list, init=False)
+    best: tuple[str, EvalReport] | None = field(default=None, init=False)    # (code, report)
+    best_sid: str | None = field(default=None, init=False)
+    last: EvalReport | None = field(default=None, init=False)
+    streak: int = field(default=0, init=False)              # non-improving attempts in a row
+
+    @property
+    def cycle(self) -> int:
+        return self.start.cycle
+
+    @property
+    def node(self) -> Node:
+        return self.start.node
+
+    @property
+    def first_round(self) -> int:
+        return self.start.first_round
+
+    @property
+    def max_attempts(self) -> int:
+        return self.start.max_attempts
+
+    @property
+    def base(self) -> Base:
+        return self.start.base
+
+    @property
+    def k(self) -> int:
+        """Attempts made."""
+        return len(self.attempts)
+
+    @property
+    def codes(self) -> list[str]:
+        return [a.code for a in self.attempts if a.code is not None]
 
     @property
     def mode(self) -> str:
@@ -63,28 +117,22 @@ class CycleState:
         return self.first_round + self.k
 
     @property
-    def rounds(self) -> int:
-        return self.k
-
-    @property
     def passed(self) -> bool:
         return self.best is not None and self.best_sid is not None
 
     def stagnated(self) -> bool:
-        return self.streak >= self.stagnation_window
+        return self.streak >= self.rules.stagnation_window
 
     def record(self, a: Attempt) -> None:
         """Fold one attempt in: the cycle's best moves only on an improvement beyond the margin."""
         self.attempts.append(a)
-        if a.code is not None:
-            self.codes.append(a.code)
         report = a.report
         self.last = report
-        self.k += 1
-        improved = report.passed and report.score is not None and a.solution_id is not None and (
-            self.best is None or compare_reports(report, self.best[1], self.improvement_margin) == "better")
+        sid = a.solution_id
+        improved = report.passed and report.score is not None and sid is not None and (
+            self.best is None or compare_reports(report, self.best[1], self.rules.improvement_margin) == "better")
         if improved:
-            assert a.solution_id is not None and a.code is not None
-            self.best, self.best_sid, self.streak = (a.code, report), a.solution_id, 0
+            assert a.code is not None
+            self.best, self.best_sid, self.streak = (a.code, report), sid, 0
         else:
             self.streak += 1

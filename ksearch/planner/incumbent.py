@@ -1,59 +1,53 @@
 """The incumbent: the global best kernel, replaced only by one that is faster beyond the noise.
 
 A candidate within the noise of the best (a near-tie) that looks faster is re-measured side by side
-with the best in one job, so drift hits both equally; only then can it win. Every decision is journaled
-(`best` or `not_best` with the basis), and best/ in the run directory always holds the incumbent, with
-best/manifest.json naming the node that produced it (ksearch/store/best_manifest.py)."""
+with the best in one job, so drift hits both equally; only then can it win, and only when the held-out
+gate agrees (planner/validation.py). Every decision is journaled (`best` or `not_best` with the basis;
+the run state's best is what the `best` records say), and best/ in the run directory always holds the
+incumbent: the kernel, its report, its held-out report and best/manifest.json naming the node (or the
+nodes of a shape dispatch) that produced it (ksearch/store/best_manifest.py). Nothing else writes best/.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+import json
 
 from ksearch.eval.clocks.noise import compare_reports
 from ksearch.eval.report import EvalReport
-from ksearch.store import Journal, RunDir
-from ksearch.store.best_manifest import BestKind, BestManifest, BestMember
-
-
-@dataclass
-class Best:
-    score: float
-    solution_id: str
-    node_id: str
-    round_index: int
-    report: dict[str, Any]
-    validate_score: float | None = None   # geomean on the held-out validate set (None: off or unscored)
-    validate_set: str | None = None
+from ksearch.instantiate import Solution
+from ksearch.planner.recorder import Recorder
+from ksearch.planner.settings import Segments
+from ksearch.planner.validation import Validation
+from ksearch.store import records as R
+from ksearch.store.best_manifest import BestKind, BestManifest, BestMember, Measured
+from ksearch.store.rundir import atomic_write
+from ksearch.store.state import Best
 
 
 class Incumbent:
-    def __init__(self, journal: Journal, run_dir: RunDir,
-                 remeasure: Callable[[list[str], int], list[EvalReport]], validation: Any = None, *,
-                 member: Callable[[str, str], BestMember]):
-        self.journal, self.run_dir, self._remeasure = journal, run_dir, remeasure
-        self.validation = validation       # ksearch.planner.validation: a new best must hold on held-out shapes
-        # (solution id, node id) -> how best/manifest.json names that node (short id, step)
-        self.member = member
-        self.best: Best | None = None
+    def __init__(self, recorder: Recorder, gate: Validation, settings: Segments):
+        self.recorder, self.gate, self.settings = recorder, gate, settings
 
     @property
-    def score(self) -> float | None:
-        return self.best.score if self.best else None
+    def best(self) -> Best | None:
+        return self.recorder.state.best
 
-    def consider(self, report: EvalReport, solution_id: str, node_id: str, round_index: int, *,
-                 margin: float, remeasure_ties: bool, have_code: Callable[[str], bool]) -> None:
+    def consider(self, report: EvalReport, solution_id: str, node_id: str, round_index: int) -> None:
         """A new global best only when it is faster beyond the noise; near-ties are re-measured together."""
         if not report.passed or report.score is None:
             return
+        cfg = self.settings.cfg
+        margin = cfg.search.improvement_margin
+        # on a CPU the interpreter's times only order kernels: a side-by-side re-measurement there costs more
+        # than it can tell
+        remeasure_ties = cfg.eval.remeasure_near_ties and self.recorder.target.device.startswith("cuda")
+        best = self.best
         basis = "first passing kernel"
-        if self.best is not None:
-            incumbent = EvalReport.from_json(self.best.report)
-            verdict = compare_reports(report, incumbent, margin)
+        if best is not None:
+            verdict = compare_reports(report, EvalReport.from_json(best.report), margin)
             basis = f"{verdict} on first measurement"
-            if verdict == "tie" and report.score > self.best.score and remeasure_ties \
-                    and have_code(self.best.solution_id) and solution_id != self.best.solution_id:
-                inc2, new2 = self._remeasure([self.best.solution_id, solution_id], round_index)
+            if verdict == "tie" and report.score > best.score and remeasure_ties and solution_id != best.solution_id:
+                inc2, new2 = self.recorder.remeasure([best.solution_id, solution_id], round_index)
                 if inc2.passed and new2.passed and inc2.score is not None and new2.score is not None:
                     verdict = compare_reports(new2, inc2, margin)
                     basis = f"{verdict} when re-measured side by side ({new2.score:.4g} vs {inc2.score:.4g})"
@@ -63,29 +57,43 @@ class Incumbent:
                     verdict, basis = "worse", "failed when re-measured: " + (new2.summary() if not new2.passed
                                                                              else inc2.summary())
             if verdict != "better":
-                self.journal.event("not_best", check={"solution_id": solution_id}, score=report.score,
-                                   incumbent=self.best.solution_id, basis=basis)
+                self.recorder.write(R.NotBest(solution_id=solution_id, score=report.score,
+                                              incumbent=best.solution_id, basis=basis))
                 return
         assert report.score is not None
-        validate_score, validate_set = None, None
-        if self.validation is not None and self.validation.enabled:
-            confirmed = self.validation.confirm(report, solution_id, round_index)
+        validated = None
+        if self.gate.enabled:
+            confirmed = self.gate.confirm(report, solution_id, round_index)
             if not confirmed.accepted:
-                self.journal.event("not_best", check={"solution_id": solution_id}, score=report.score,
-                                   incumbent=self.best.solution_id if self.best else None,
-                                   basis=f"{basis}; {confirmed.basis}")
+                self.recorder.write(R.NotBest(solution_id=solution_id, score=report.score,
+                                              incumbent=best.solution_id if best else None,
+                                              basis=f"{basis}; {confirmed.basis}"))
                 return
-            validate_score = confirmed.report.score if confirmed.report else None
-            validate_set = self.validation.set_name
-        self.best = Best(report.score, solution_id, node_id, round_index, report.to_json(), validate_score,
-                         validate_set)
-        self.journal.event("best", check={"solution_id": solution_id}, score=report.score, node_id=node_id,
-                           round=round_index, basis=basis, validate_score=validate_score,
-                           validate_set=validate_set)
-        solution = self.run_dir.load_solution(solution_id)
-        self.run_dir.write_best(solution, report.to_json(), manifest(
-            BestKind.KERNEL, report, solution_id, round_index, (self.member(solution_id, node_id),),
-            solution.language, validate_score, validate_set))
+            validated = confirmed.report
+        record = R.BestRecord(solution_id=solution_id, score=report.score, node_id=node_id, round=round_index,
+                              basis=basis, validate_score=validated.score if validated else None,
+                              validate_set=self.gate.set_name if self.gate.enabled else None)
+        self.replace(record, self.recorder.run_dir.load_solution(solution_id), report,
+                     (self.member(solution_id, node_id),), validated)
+
+    def member(self, solution_id: str, node_id: str, regions: tuple[str, ...] = (),
+               fallback: bool = False) -> BestMember:
+        """How best/manifest.json names the node that produced a kernel of the best."""
+        return self.recorder.state.member(solution_id, node_id, regions, fallback)
+
+    def replace(self, record: R.BestRecord, solution: Solution, report: EvalReport,
+                members: tuple[BestMember, ...], validated: EvalReport | None = None) -> None:
+        """Make `solution` the best: record it, then write best/ (the kernel, its report, its held-out report
+        and the manifest; a dispatch when it has several members)."""
+        self.recorder.write(record)
+        kind = BestKind.DISPATCH if len(members) > 1 else BestKind.KERNEL
+        best = self.recorder.run_dir.path / "best"
+        if validated is not None:          # next to best/report.json, rewritten with every new best
+            best.mkdir(parents=True, exist_ok=True)
+            atomic_write(best / "validate_report.json", json.dumps(validated.to_json(), indent=1))
+        self.recorder.run_dir.write_best(solution, report.to_json(), manifest(
+            kind, report, record.solution_id, record.round, members, solution.language, record.validate_score,
+            record.validate_set))
 
 
 def manifest(kind: BestKind, report: EvalReport, solution_id: str, round_index: int,
@@ -93,6 +101,6 @@ def manifest(kind: BestKind, report: EvalReport, solution_id: str, round_index: 
              validate_set: str | None) -> BestManifest:
     """best/manifest.json for a new best (see ksearch/store/best_manifest.py)."""
     assert report.score is not None
-    return BestManifest(kind, report.score, report.score_name or "score", report.baseline, solution_id,
-                        round_index, members, "solution.cu" if language == "cuda" else "solution.py",
-                        validate_score, validate_set)
+    measured = Measured(report.score, report.score_name or "score", report.baseline, validate_score, validate_set)
+    return BestManifest(kind, solution_id, round_index, members, measured,
+                        "solution.cu" if language == "cuda" else "solution.py")

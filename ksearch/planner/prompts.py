@@ -38,7 +38,7 @@ class Prompts:
     def __init__(self, task: Task, device: str):
         self.task = task
         self.hardware = hardware_for(device)
-        self.baseline: BaselineTimes | None = None
+        self.baseline: BaselineTimes | None = None      # the search set's, once measured
 
     def render(self, name: str, language: str, **kw: Any) -> str:
         b = self.baseline
@@ -58,18 +58,20 @@ class Prompts:
         best_code = state.best[0] if state.best else ""
         # improving: what the hardware said about the kernel the next attempt starts from
         profile = read_profile(state.best[1].to_json()) if mode == "improve" and state.best else None
+        if profile is not None and profile.profile is None:
+            profile = None          # nothing measured: the request stays what it was before profiles
         prompt = self.render(
             "code.j2", language, entry="run",
             signature=", ".join(self.task.definition.input_names),
             outputs=" and ".join(self.task.definition.output_names), mode=mode, action=action_text,
-            base_code=state.base_code, base_score=fmt(state.base_score), base_fence=fence(state.base_code),
+            base_code=state.base.code, base_score=fmt(state.base.score), base_fence=fence(state.base.code),
             current_code=current, current_fence=fence(current),
             last_result=state.last.summary() if state.last else "",
             cycle_best_code=best_code, cycle_best_fence=fence(best_code),
             cycle_best_score=fmt(state.best[1].score if state.best else None),
             profile=render_profile(profile) if profile else "")
         context = {"task": self.task.name, "node_id": node.node_id, "action_params": a.params, "mode": mode,
-                   "attempt": attempt, "base_code": state.base_code, "cycle_codes": list(state.codes),
+                   "attempt": attempt, "base_code": state.base.code, "cycle_codes": list(state.codes),
                    "cycle_best_code": state.best[0] if state.best else None,
                    **(profile.to_context() if profile else {})}
         return ModelRequest("code", mode, prompt, context)

@@ -10,20 +10,27 @@ them into one solution (ksearch/instantiate/dispatch.py) whose run() picks by sh
 best as the fallback, and evaluates it as a whole like any candidate: on the feedback set, then through
 the validate gate. It becomes the best only if it is not worse than the incumbent on feedback (a tie is
 enough: dispatching adds a few host operations, which cannot be faster) and the validate gate accepts it.
-Journal: the composition's evaluation is an "evaluation" record with node_id "dispatch" and
-attempt 0, and an event "dispatch" (members, table, fallback, verdict) says what happened.
+Journal: the composition's evaluation is an `Evaluation` record with node_id "dispatch" and attempt 0,
+and a `Dispatch` record (members, table, fallback, verdict) says what happened (store/records.py). The
+dispatch step sees the search through `DispatchStep` only: the task, the board, the stored kernels, an
+evaluate callable, the recorder's `write` and the incumbent, which alone decides and writes best/.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ksearch.eval.clocks.noise import compare_reports
 from ksearch.eval.report import EvalReport
+from ksearch.instantiate import Solution
+from ksearch.store import records as R
 from ksearch.task import Task, Workload
 from ksearch.task.regions import region_of, scheme_of
+
+if TYPE_CHECKING:
+    from ksearch.planner.incumbent import Incumbent
 
 
 @dataclass
@@ -97,7 +104,7 @@ class RegionBoard:
                  "workloads": sorted(w for w, rr in self.regions.items() if rr == r)}
                 for r, b in sorted(self.best.items())]
 
-    def context(self, codes: dict[str, str]) -> dict[str, Any]:
+    def context(self, source: Callable[[str], str | None]) -> dict[str, Any]:
         """What a model request carries about regions: nothing until two regions have a best kernel; then
         the per-region rows, the weakest region and (for the offline model) the kernel family holding it,
         read from its `# ksearch-plan:` header when it has one."""
@@ -106,7 +113,7 @@ class RegionBoard:
             return {}
         from ksearch.llm.offline import read_plan_header
 
-        plan = read_plan_header(codes.get(weakest.solution_id)) or {}
+        plan = read_plan_header(source(weakest.solution_id)) or {}
         return {"regions": self.summary(), "weakest_region": weakest.region,
                 "weakest_region_family": plan.get("family")}
 
@@ -119,62 +126,68 @@ class RegionBoard:
                          + ("  <- weakest" if i == 0 else "") for i, b in enumerate(rows))
 
 
-def finish_with_dispatch(search: Any) -> None:
-    """Compose the per-region incumbents into one solution and let it compete for the best (see module doc).
+@dataclass(frozen=True)
+class DispatchStep:
+    """What composing a dispatch needs from the search, and nothing else."""
 
-    Uses the search's own evaluation path (`_evaluate`, journaled) and its validate gate, so it replays.
-    Does nothing with fewer than two region holders or no best.
-    """
+    task: Task
+    board: RegionBoard
+    source: Callable[[str], str | None]                         # a stored kernel's source
+    evaluate: Callable[[Solution, str, int, int], EvalReport]   # (solution, node id, attempt, round), recorded
+    write: Callable[[R.Record], R.Record]                       # the owner's record of what happened
+    incumbent: "Incumbent"                                      # its held-out gate, and the only writer of best/
+
+
+def finish_with_dispatch(step: DispatchStep, round_index: int) -> None:
+    """Compose the per-region incumbents into one solution and let it compete for the best (see module doc).
+    `round_index`: the last round (it spends no round of its own). Does nothing with fewer than two region
+    holders or no best."""
     from ksearch.instantiate import solution_from_text
     from ksearch.instantiate.dispatch import DispatchError, Member, axis_sources, compose
 
-    board: RegionBoard = search.regions
+    board, task, best = step.board, step.task, step.incumbent.best
     holders = board.holders()
-    best = search.best
     if best is None or len(holders) < 2:
         return
     members_ids = [best.solution_id] + [s for s in holders if s != best.solution_id]
     try:
-        members = [Member(s, search.run_dir.load_solution(s).main_source) for s in members_ids]
+        members = [Member(s, _stored(step, s)) for s in members_ids]
         table = {b.index: b.solution_id for b in board.best.values()}
-        source = compose(members, table, best.solution_id, scheme_of(search.task),
-                         search.task.definition.input_names, axis_sources(search.task.definition), search.task.name)
+        source = compose(members, table, best.solution_id, scheme_of(task), task.definition.input_names,
+                         axis_sources(task.definition), task.name)
     except (DispatchError, OSError) as e:
-        search.journal.event("dispatch", check={"composed": False}, reason=str(e)[:500])
+        step.write(R.Dispatch(composed=False, reason=str(e)[:500]))
         return
-    sol = solution_from_text(search.task.name, source, name=f"{search.task.name}_dispatch", author="dispatch",
+    sol = solution_from_text(task.name, source, name=f"{task.name}_dispatch", author="dispatch",
                              description=f"shape dispatch over {len(members)} kernels")
     sid = sol.solution_id
     if sid == best.solution_id:
         return
-    search.codes[sid] = sol.main_source
-    round_index = max(search.round - 1, 0)      # counted with the last round: it spends no round of its own
-    report = search._evaluate(sol, "dispatch", 0, round_index)
-    search.evaluations += 1
+    report = step.evaluate(sol, "dispatch", 0, round_index)
     feedback_ok = report.passed and report.score is not None and \
         compare_reports(report, EvalReport.from_json(best.report), 0.0) != "worse"
     verdict = "worse on feedback" if not feedback_ok else "pending validate"
-    accepted = False
+    accepted, validated = False, None
     if feedback_ok:
-        confirmed = search.validation.confirm(report, sid, round_index)
-        accepted = confirmed.accepted
-        verdict = confirmed.basis
+        confirmed = step.incumbent.gate.confirm(report, sid, round_index)
+        accepted, verdict, validated = confirmed.accepted, confirmed.basis, confirmed.report
     member_nodes = {s: best.node_id if s == best.solution_id else board.node_of(s) for s in members_ids}
-    search.journal.event("dispatch", check={"composed": True, "solution_id": sid, "accepted": accepted},
-                         members=members_ids, fallback=best.solution_id, member_nodes=member_nodes,
-                         table={",".join(map(str, k)): v for k, v in sorted(table.items())},
-                         regions=board.summary(), score=report.score, verdict=verdict)
+    step.write(R.Dispatch(composed=True, solution_id=sid, accepted=accepted, members=members_ids,
+                          fallback=best.solution_id, member_nodes=member_nodes,
+                          table={",".join(map(str, k)): v for k, v in sorted(table.items())},
+                          regions=board.summary(), score=report.score, verdict=verdict))
     if accepted:
-        from ksearch.planner.incumbent import Best, manifest   # the search's own record of a best
-        from ksearch.store.best_manifest import BestKind
-
-        search.incumbent.best = Best(report.score, sid, best.node_id, round_index, report.to_json(),
-                           confirmed.report.score if confirmed.report else None, search.validation.set_name)
-        search.journal.event("best", check={"solution_id": sid}, score=report.score, node_id=best.node_id,
-                             round=round_index, basis=f"shape dispatch over {len(members)} kernels; {verdict}",
-                             validate_score=search.best.validate_score, validate_set=search.best.validate_set)
-        members_of = tuple(search.best_member(s, member_nodes[s], board.regions_of(s), s == best.solution_id)
+        gate = step.incumbent.gate
+        record = R.BestRecord(solution_id=sid, score=report.score, node_id=best.node_id, round=round_index,
+                              basis=f"shape dispatch over {len(members)} kernels; {verdict}",
+                              validate_score=validated.score if validated else None, validate_set=gate.set_name)
+        members_of = tuple(step.incumbent.member(s, member_nodes[s], board.regions_of(s), s == best.solution_id)
                            for s in members_ids)
-        search.run_dir.write_best(sol, report.to_json(), manifest(
-            BestKind.DISPATCH, report, sid, round_index, members_of, sol.language, search.best.validate_score,
-            search.best.validate_set))
+        step.incumbent.replace(record, sol, report, members_of, validated)
+
+
+def _stored(step: DispatchStep, solution_id: str) -> str:
+    source = step.source(solution_id)
+    if source is None:
+        raise FileNotFoundError(f"the kernel {solution_id} is not in the run's solution store")
+    return source

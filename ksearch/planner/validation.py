@@ -12,24 +12,23 @@ best only when:
    incumbent)` on the validate reports is not "worse" (a drop beyond the measured noise fails; a tie
    passes). With no incumbent validate score (the first passing kernel) condition 1 is enough.
 
-Journal records: the measurement is a memo of kind "validate" (key `SOLUTION@ROUND`, fields
-`solution_id`, `round`, `set`, `value` = the validate EvalReport as JSON), and the decision an event of
-kind "validate_verdict" (`solution_id`, `accepted`, `score` = feedback geomean, `validate_score`,
-`incumbent_validate_score`, `set`, `basis`). The validate set's baseline is a "baseline" memo keyed
-`DEVICE:SET:SEED`, measured on first use. Runs recorded before this existed (their run_start config has
-no eval.validate) replay with validation off, so they resume unchanged.
+Journal records (store/records.py): the measurement is a `Validate` answer (key `SOLUTION@ROUND`), the
+decision a `ValidateVerdict`; the run state keeps the incumbent's validate report (the last accepted
+one). The validate set's baseline is a `Baseline` answer keyed `DEVICE:SET:SEED`, measured on first use.
+An accepted kernel's validate report goes to best/validate_report.json when the incumbent takes it
+(planner/incumbent.py). Runs recorded before this existed (their run_start config has no eval.validate)
+replay with validation off, so they resume unchanged.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 from ksearch.eval.clocks.noise import compare_reports
 from ksearch.eval.report import BaselineTimes, EvalReport
-from ksearch.store.rundir import atomic_write
+from ksearch.planner.recorder import Recorder, Target
+from ksearch.store import records as R
 from ksearch.task import Task, Workload
 
 OFF = ("none", "off", "", None)
@@ -68,69 +67,62 @@ def resolve_set(setting: str | None, task: Task, device: str, feedback_set: str)
 def recorded_before_validation(journal: Any) -> bool:
     """True for a run whose first segment was recorded before eval.validate existed (replay it without)."""
     first = journal.recorded[0] if getattr(journal, "recorded", None) else None
-    if not first or first.get("kind") != "run_start" or not isinstance(first.get("config"), dict):
+    if not isinstance(first, R.RunStart) or first.config is None:
         return False
-    return "validate" not in (first["config"].get("eval") or {})
+    return "validate" not in (first.config.get("eval") or {})
 
 
 class Validation:
-    """Confirms new bests on the held-out set; keeps the incumbent's validate report."""
+    """Confirms new bests on the held-out set, through the recorder; the run state keeps the incumbent's
+    validate report."""
 
-    def __init__(self, set_name: str | None, workloads: list[Workload], *, journal: Any, evaluator: Any,
-                 device: str, seed: int, load_source: Callable[[str], str], best_dir: Path | None = None,
+    def __init__(self, set_name: str | None, workloads: list[Workload], recorder: Recorder, seed: int,
                  message: Callable[[str], None] = lambda _: None):
         self.set_name = set_name
         self.workloads = workloads
-        self.journal, self.evaluator = journal, evaluator
-        self.device, self.seed = device, seed
-        self.load_source = load_source
-        self.best_dir = best_dir
+        self.recorder = recorder
+        self.seed = seed
         self.message = message
-        self.baseline: BaselineTimes | None = None
-        self.incumbent: EvalReport | None = None        # the current best's validate report
 
     @property
     def enabled(self) -> bool:
         return self.set_name is not None and bool(self.workloads)
 
     @staticmethod
-    def for_search(cfg: Any, task: Task, device: str, feedback_set: str, journal: Any, evaluator: Any,
-                   run_dir: Any, message: Callable[[str], None]) -> "Validation":
+    def for_search(cfg: Any, target: Target, recorder: Recorder, message: Callable[[str], None]) -> "Validation":
         setting = cfg.eval.get("validate", "auto") if hasattr(cfg.eval, "get") else getattr(cfg.eval, "validate", "auto")
-        name = None if recorded_before_validation(journal) else resolve_set(setting, task, device, feedback_set)
-        workloads = task.workload_set(name) if name else []
-        return Validation(name, workloads, journal=journal, evaluator=evaluator, device=device,
-                          seed=int(cfg.run.seed), load_source=lambda sid: run_dir.load_solution(sid).main_source,
-                          best_dir=run_dir.path / "best", message=message)
+        name = None if recorded_before_validation(recorder.journal) else \
+            resolve_set(setting, target.task, target.device, target.workload_set)
+        workloads = target.task.workload_set(name) if name else []
+        return Validation(name, workloads, recorder, int(cfg.run.seed), message)
 
     # ---- measurements, through the journal --------------------------------------------------------
     def _baseline(self) -> BaselineTimes:
-        if self.baseline is None:
-            key = f"{self.device}:{self.set_name}:{self.seed}"
-            self.baseline = BaselineTimes.from_json(self.journal.memo(
-                "baseline", key, lambda: self.evaluator.measure_baselines(self.workloads).to_json()))
-        return self.baseline
+        key = f"{self.recorder.target.device}:{self.set_name}:{self.seed}"
+        known = self.recorder.state.baselines.get(key)
+        return known if known is not None else self.recorder.baseline(key, self.workloads)
 
     def measure(self, solution_id: str, round_index: int) -> EvalReport:
         baseline = self._baseline()
-        source = self.load_source(solution_id)
+        source = self.recorder.source(solution_id) or ""
 
         def compute() -> dict[str, Any]:
-            return self.evaluator.evaluate(source, f"{solution_id}@validate", self.workloads, baseline).to_json()
+            return self.recorder.evaluator.evaluate(source, f"{solution_id}@validate", self.workloads,
+                                                    baseline).to_json()
 
-        value = self.journal.memo("validate", f"{solution_id}@{round_index}", compute, round=round_index,
-                                  solution_id=solution_id, set=self.set_name)
-        report = EvalReport.from_json(value)
+        rec = self.recorder.answer(R.Validate(key=f"{solution_id}@{round_index}", round=round_index,
+                                              solution_id=solution_id, set=self.set_name), compute)
+        report = EvalReport.from_json(rec.value)
         report.solution_id = solution_id
         return report
 
     # ---- the rule -----------------------------------------------------------------------------------
     def confirm(self, feedback: EvalReport, solution_id: str, round_index: int) -> Verdict:
-        """Measure `solution_id` on the validate set and apply the rule; journal the verdict."""
+        """Measure `solution_id` on the validate set and apply the rule; record the verdict."""
         if not self.enabled:
             return Verdict(True, "validation off")
         report = self.measure(solution_id, round_index)
-        inc = self.incumbent
+        inc = self.recorder.state.validated
         if not report.passed:
             accepted, basis = False, f"failed on {self.set_name}: {report.summary()}"
         elif report.score is None:
@@ -142,20 +134,10 @@ class Validation:
             accepted = verdict != "worse"
             basis = (f"{self.set_name} {report.score:.4g} vs incumbent {inc.score:.4g}: {verdict}"
                      + ("" if accepted else " (regressed beyond the noise)"))
-        self.journal.event("validate_verdict", check={"solution_id": solution_id, "accepted": accepted},
-                           round=round_index, set=self.set_name, score=feedback.score,
-                           validate_score=report.score,
-                           incumbent_validate_score=inc.score if inc is not None else None, basis=basis)
-        if accepted:
-            self.incumbent = report
-            self._write_best(report)
-        else:
+        self.recorder.write(R.ValidateVerdict(
+            solution_id=solution_id, accepted=accepted, round=round_index, set=self.set_name, score=feedback.score,
+            validate_score=report.score, incumbent_validate_score=inc.score if inc is not None else None,
+            basis=basis))
+        if not accepted:
             self.message(f"not the best: {basis}")
         return Verdict(accepted, basis, report)
-
-    def _write_best(self, report: EvalReport) -> None:
-        """best/validate_report.json next to best/report.json (rewritten with every new best)."""
-        if self.best_dir is None:
-            return
-        self.best_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.best_dir / "validate_report.json", json.dumps(report.to_json(), indent=1))

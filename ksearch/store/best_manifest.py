@@ -43,17 +43,44 @@ class BestMember:
 
 
 @dataclass(frozen=True)
-class BestManifest:
-    kind: BestKind
+class Measured:
+    """A best's number: the score, what kind of score, what it is against, and its held-out score."""
+
     score: float
     score_name: str
     baseline: str                       # what the score is against
+    validate_score: float | None = None
+    validate_set: str | None = None
+
+
+@dataclass(frozen=True)
+class BestManifest:
+    kind: BestKind
     solution_id: str
     round: int                          # the round it was found in (a dispatch: composed after it)
     members: tuple[BestMember, ...]
+    measured: Measured
     file: str = "solution.py"
-    validate_score: float | None = None
-    validate_set: str | None = None
+
+    @property
+    def score(self) -> float:
+        return self.measured.score
+
+    @property
+    def score_name(self) -> str:
+        return self.measured.score_name
+
+    @property
+    def baseline(self) -> str:
+        return self.measured.baseline
+
+    @property
+    def validate_score(self) -> float | None:
+        return self.measured.validate_score
+
+    @property
+    def validate_set(self) -> str | None:
+        return self.measured.validate_set
 
     @property
     def node_ids(self) -> list[str]:
@@ -83,18 +110,19 @@ class BestManifest:
                 f"({'; '.join(parts)})")
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["kind"] = self.kind.value
-        return d
+        return {"kind": self.kind.value, "score": self.score, "score_name": self.score_name, "baseline": self.baseline,
+                "solution_id": self.solution_id, "round": self.round, "members": [asdict(m) for m in self.members],
+                "file": self.file, "validate_score": self.validate_score, "validate_set": self.validate_set}
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "BestManifest":
         members = tuple(BestMember(m["solution_id"], m["node_id"], m["short_id"], m.get("step", ""),
                                    tuple(m.get("regions") or ()), bool(m.get("fallback")))
                         for m in d.get("members") or [])
-        return BestManifest(BestKind(d["kind"]), float(d["score"]), d.get("score_name", "score"),
-                            d.get("baseline", ""), d["solution_id"], int(d.get("round", 0)), members,
-                            d.get("file", "solution.py"), d.get("validate_score"), d.get("validate_set"))
+        measured = Measured(float(d["score"]), d.get("score_name", "score"), d.get("baseline", ""),
+                            d.get("validate_score"), d.get("validate_set"))
+        return BestManifest(BestKind(d["kind"]), d["solution_id"], int(d.get("round", 0)), members, measured,
+                            d.get("file", "solution.py"))
 
 
 def read_manifest(best_dir: Path) -> BestManifest | None:
@@ -117,25 +145,22 @@ def manifest_from_history(history: Any, ids: Any = None) -> BestManifest | None:
     ids = ids if ids is not None else ShortIds.from_history(history)
     if wm is not None:
         ids.covering(wm)
-    held = next((r for r in reversed(history.by_kind.get("best", [])) if r.get("solution_id") == best.solution_id), {})
     report = history.best_report()
     score_name = (report.score_name if report and report.score_name else "score")
     baseline = (report.baseline if report and report.baseline else
                 history.baseline.label if history.baseline else "the baseline")
-    common = dict(score=best.score, score_name=score_name, baseline=baseline, solution_id=best.solution_id,
-                  round=best.round, file=_file_of(history, best.solution_id),
-                  validate_score=held.get("validate_score"), validate_set=held.get("validate_set"))
+    common = dict(solution_id=best.solution_id, round=best.round, file=_file_of(history, best.solution_id),
+                  measured=Measured(best.score, score_name, baseline, best.validate_score, best.validate_set))
     dispatch = _dispatch_record(history, best.solution_id)
     if dispatch is None:
         return BestManifest(BestKind.KERNEL, members=(member(best.node_id, best.solution_id, ids, wm),), **common)
     regions: dict[str, list[str]] = {}
-    for row in dispatch.get("regions") or []:
+    for row in dispatch.regions or []:
         if isinstance(row, dict) and row.get("solution_id"):
             regions.setdefault(row["solution_id"], []).append(str(row.get("region")))
-    nodes = dispatch.get("member_nodes") or {}
-    fallback = dispatch.get("fallback")
+    nodes = dispatch.member_nodes or {}
     members = tuple(member(nodes.get(sid) or _node_of(history, sid, "?"), sid, ids, wm, tuple(regions.get(sid, ())),
-                           sid == fallback) for sid in dispatch.get("members") or [])
+                           sid == dispatch.fallback) for sid in dispatch.members or [])
     return BestManifest(BestKind.DISPATCH, members=members, **common)
 
 
@@ -146,10 +171,10 @@ def member(node_id: str, solution_id: str, ids: Any, wm: Any, regions: tuple[str
     return BestMember(solution_id, node_id, ids.short(node_id), step, regions, fallback)
 
 
-def _dispatch_record(history: Any, solution_id: str) -> dict[str, Any] | None:
-    """The accepted `dispatch` record that composed `solution_id`, if it is one."""
-    for r in reversed(history.by_kind.get("dispatch", [])):
-        if r.get("solution_id") == solution_id and r.get("accepted"):
+def _dispatch_record(history: Any, solution_id: str) -> Any:
+    """The accepted `dispatch` record (store/records.py) that composed `solution_id`, if it is one."""
+    for r in reversed(history.run_state.dispatches):
+        if r.solution_id == solution_id and r.accepted:
             return r
     return None
 

@@ -1,17 +1,20 @@
-"""The run journal: append-only JSONL, one line per event, written before the event takes effect.
+"""The run journal: append-only JSONL, one typed record per line, written before the event takes effect.
 
-Resume replays it. The search is deterministic given the answers it received (model replies,
-evaluations, baseline times), so a resumed run re-executes the same loop and, for every event that is
-already in the journal, takes the recorded value instead of asking again and writes nothing. Once the
-recorded events run out it continues live, appending. A mismatch (the run asks something other than
-what was recorded, e.g. after changing an override that alters earlier steps) stops with an error.
+Every line is a record of store/records.py: the owner's decisions are appended with `append`, answers
+from outside the loop (model replies, measurements) with `memo`, and every reader decodes the lines with
+`read_records`. Resume replays it. The search is deterministic given the answers it received (model
+replies, evaluations, baseline times), so a resumed run re-executes the same loop and, for every record
+that is already in the journal, takes the recorded value instead of asking again and writes nothing.
+Once the recorded records run out it continues live, appending. A mismatch (the run decides something
+other than what was recorded, e.g. after changing an override that alters earlier steps) stops with an
+error.
 
 Settings may change between segments of a run (`ksearch resume RUN_DIR search.max_rounds=200`): the
 change is recorded as a "config" record at the point where the new segment went live. Replay hands
 those records to `on_info` when it reaches them, so every segment is replayed under the settings it
 ran with, and the live edge calls `on_live` once, where the caller records a change of settings.
 
-Parallel runs: the owner of the search writes its events in a deterministic order (matched in order on
+Parallel runs: the owner of the search writes its records in a deterministic order (matched in order on
 replay, as above), while the work of an action cycle (its code requests and evaluations) is recorded by
 the cycle's own thread whenever it finishes. Those records carry the cycle they belong to, and replay
 matches them by (kind, cycle, key), never by position: a resumed run finds every answer a cycle got
@@ -26,7 +29,11 @@ import threading
 import time
 from collections import defaultdict, deque
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
+
+from ksearch.store.records import Record, Role, decode
+
+A = TypeVar("A", bound=Record)
 
 
 class JournalDivergence(RuntimeError):
@@ -37,13 +44,14 @@ class JournalCorrupted(RuntimeError):
     """A line other than the last one does not parse: something other than a crash damaged the file."""
 
 
-def read_journal(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """Records and the byte length of the well-formed prefix.
+def read_records(path: Path) -> tuple[list[Record], int]:
+    """The typed records of a journal file and the byte length of its well-formed prefix.
 
     Only the LAST line may be bad (a crash while appending tears it, or leaves garbage after it): it
     never took effect, so it is dropped. A bad line with good lines after it means the file was damaged
     some other way; dropping it would silently lose what follows, so that is an error instead.
     """
+    path = Path(path)
     if not path.exists():
         return [], 0
     records, good = [], 0
@@ -53,8 +61,8 @@ def read_journal(path: Path) -> tuple[list[dict[str, Any]], int]:
     body, tail = lines[:-1], lines[-1]
     for i, line in enumerate(body):
         try:
-            rec = json.loads(line)
-            if not isinstance(rec, dict) or "kind" not in rec:
+            raw = json.loads(line)
+            if not isinstance(raw, dict) or "kind" not in raw:
                 raise ValueError("not a journal record")
         except ValueError:
             if i == len(body) - 1 and not tail:
@@ -62,22 +70,16 @@ def read_journal(path: Path) -> tuple[list[dict[str, Any]], int]:
             raise JournalCorrupted(f"{path}: line {i + 1} of {len(body)} is not a journal record, and records "
                                    f"follow it; the file was damaged after it was written. Keep a copy, then "
                                    f"cut the file before that line to resume from there.") from None
-        records.append(rec)
+        records.append(decode(raw))
         good += len(line) + 1
     return records, good
 
 
 class Journal:
-    # Kinds whose values come from outside the deterministic loop; replay returns the recorded value.
-    MEMO_KINDS = ("model", "evaluation", "baseline", "remeasure", "validate",   # [shapes] + validate
-                  "memory")                   # what the knowledge store gave the run (ksearch/knowledge)
-    # Kinds that inform rather than decide: replay hands them to `on_info` instead of matching them.
-    INFO_KINDS = ("config", "model_failed")
-
     def __init__(self, path: Path, fsync: bool = True):
         self.path = path
         self.fsync = fsync
-        self.recorded, good = read_journal(path)
+        self.recorded, good = read_records(path)
         self.dropped_bytes = 0
         if path.exists() and path.stat().st_size != good:
             self.dropped_bytes = path.stat().st_size - good
@@ -86,11 +88,11 @@ class Journal:
         self.cursor = 0
         self._lock = threading.RLock()         # appends come from the owner and from cycle threads
         self._seq = len(self.recorded)         # the next record's position in the file
-        self._by_cycle: dict[tuple[str, int, str], deque[dict[str, Any]]] = defaultdict(deque)
+        self._by_cycle: dict[tuple[str, int, str], deque[Record]] = defaultdict(deque)
         for rec in self.recorded:
             if _cycle_keyed(rec):
-                self._by_cycle[(rec["kind"], int(rec["cycle"]), str(rec.get("key")))].append(rec)
-        self.on_info: Callable[[dict[str, Any]], None] | None = None
+                self._by_cycle[(rec.kind, int(rec.cycle), str(rec.key))].append(rec)  # type: ignore[attr-defined]
+        self.on_info: Callable[[Record], None] | None = None
         self.on_live: Callable[[], None] | None = None
         self._went_live = False
         self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -109,7 +111,7 @@ class Journal:
             rec = self.recorded[self.cursor]
             if _cycle_keyed(rec):
                 self.cursor += 1
-            elif rec.get("kind") in self.INFO_KINDS:
+            elif rec.ROLE is Role.INFO:
                 self.cursor += 1
                 if self.on_info is not None:
                     self.on_info(rec)
@@ -129,7 +131,7 @@ class Journal:
             fd, self._fd = self._fd, None
             os.close(fd)
 
-    def _append(self, record: dict[str, Any]) -> dict[str, Any]:
+    def _write(self, record: A) -> A:
         """Write one record with the next seq (seqs are the file's line numbers), whole or not at all.
 
         Unbuffered, so nothing is left in memory to be flushed half-way later; a short write is continued,
@@ -139,8 +141,8 @@ class Journal:
         with self._lock:
             if self._fd is None:
                 raise ValueError(f"{self.path}: the journal is closed")
-            record = {"seq": self._seq, **record}
-            line = (json.dumps(record, default=str, separators=(",", ":")) + "\n").encode("utf-8")
+            record.seq, record.t = self._seq, time.time()
+            line = (json.dumps(record.to_json(), default=str, separators=(",", ":")) + "\n").encode("utf-8")
             try:
                 rest = memoryview(line)
                 while rest:
@@ -157,74 +159,73 @@ class Journal:
             self._seq += 1
             return record
 
-    def event(self, kind: str, check: dict[str, Any] | None = None, **payload: Any) -> dict[str, Any]:
-        """Record a derived event; in replay, confirm it matches the journal instead of writing it."""
-        check = check or {}
+    def append(self, record: A) -> A:
+        """Record one of the owner's decisions; in replay, confirm it matches the journal instead of writing
+        it (the record comes back with the recorded seq and time). Informational records are never matched:
+        the owner writes them at the live edge, a cycle's thread (a record with a `cycle`) whenever its
+        work fails."""
+        if record.ROLE is Role.INFO:
+            return self._note(record)
+        assert record.ROLE is Role.ORDERED, f"{record.kind} records are answers: Journal.memo writes them"
         if self.replaying:
             rec = self.recorded[self.cursor]
-            self._expect(rec, kind, check)
+            self._expect(rec, record)
             self.cursor += 1
-            return rec
+            record.seq, record.t = rec.seq, rec.t
+            return record
         with self._lock:
             self.go_live()
             self.cursor += 1
-            return self._append({"kind": kind, "t": time.time(), **check, **payload})
+            return self._write(record)
 
-    def record_info(self, kind: str, *, from_cycle: bool = False, **payload: Any) -> dict[str, Any]:
-        """Append an informational record (never matched: replay feeds it to on_info). The owner writes
-        them at the live edge; a cycle's thread (`from_cycle`) may write one whenever its work fails."""
-        assert kind in self.INFO_KINDS
+    def _note(self, record: A) -> A:
         with self._lock:
-            if not from_cycle:
+            if getattr(record, "cycle", None) is None:
                 assert not self.replaying
                 self._went_live = True
                 self.cursor += 1
-            return self._append({"kind": kind, "t": time.time(), **payload})
+            return self._write(record)
 
-    def memo(self, kind: str, key: str, compute: Callable[[], dict[str, Any]], *, cycle: int | None = None,
-             **meta: Any) -> dict[str, Any]:
-        """The recorded value for this (kind, key) in replay; else compute it, record it, return it.
+    def memo(self, record: A, compute: Callable[[], dict[str, Any]]) -> A:
+        """The recorded answer to `record`'s question (its kind and key) in replay; else `compute` it, record
+        it and return the record with its value.
 
-        With `cycle`, the record belongs to that action cycle's work and is matched by (kind, cycle, key)
+        With a `cycle`, the record belongs to that action cycle's work and is matched by (kind, cycle, key)
         wherever it is in the file; it may be called from the cycle's own thread."""
-        assert kind in self.MEMO_KINDS
+        assert record.ROLE is Role.ANSWER, f"{record.kind} records are not answers"
+        key, cycle = str(getattr(record, "key")), getattr(record, "cycle", None)
         if cycle is not None:
             with self._lock:
-                queue = self._by_cycle.get((kind, int(cycle), key))
+                queue = self._by_cycle.get((record.kind, int(cycle), key))
                 if queue:
-                    return queue.popleft()["value"]
+                    return queue.popleft()  # type: ignore[return-value]
             # Not recorded: asked now. The live edge (and a change of settings) is the owner's to mark, at
-            # its next event, so a cycle's thread never consumes the owner's records.
-            value = compute()
-            self._append({"kind": kind, "t": time.time(), "key": key, "cycle": int(cycle), **meta, "value": value})
-            return value
+            # its next record, so a cycle's thread never consumes the owner's records.
+            record.value = compute()  # type: ignore[attr-defined]
+            return self._write(record)
         if self.replaying:
             rec = self.recorded[self.cursor]
-            self._expect(rec, kind, {"key": key})
+            self._expect(rec, record, ("key",))
             self.cursor += 1
-            return rec["value"]
+            return rec  # type: ignore[return-value]
         self.go_live()
-        value = compute()
+        record.value = compute()  # type: ignore[attr-defined]
         with self._lock:
             self.cursor += 1
-            self._append({"kind": kind, "t": time.time(), "key": key, **meta, "value": value})
-        return value
+            return self._write(record)
 
-    def unclaimed(self, kind: str) -> list[dict[str, Any]]:
-        """Records of cycles' work that replay has not handed out (yet)."""
-        with self._lock:
-            return [r for (k, _, _), q in self._by_cycle.items() if k == kind for r in q]
-
-    def _expect(self, rec: dict[str, Any], kind: str, check: dict[str, Any]) -> None:
-        if rec.get("kind") != kind or any(rec.get(k) != v for k, v in check.items()):
-            got = {k: rec.get(k) for k in ["kind", *check]}
-            want = {"kind": kind, **check}
+    def _expect(self, rec: Record, new: Record, fields: tuple[str, ...] | None = None) -> None:
+        fields = new.checked_fields() if fields is None else fields
+        if rec.kind != new.kind or any(getattr(rec, f, None) != getattr(new, f) for f in fields):
+            names = {f: type(new)._json_name(f) for f in fields}
+            got = {"kind": rec.kind, **{names[f]: getattr(rec, f, None) for f in fields}}
+            want = {"kind": new.kind, **{names[f]: getattr(new, f) for f in fields}}
             raise JournalDivergence(
                 f"{self.path}: event {self.cursor} is {got} but the resumed run produced {want}. The settings "
                 f"or the code changed how the run behaves before this point; resume with the original settings "
                 f"or start a new run.")
 
 
-def _cycle_keyed(rec: dict[str, Any]) -> bool:
+def _cycle_keyed(rec: Record) -> bool:
     """A record of a cycle's own work: matched by cycle on replay, not by position."""
-    return rec.get("kind") in Journal.MEMO_KINDS and rec.get("cycle") is not None
+    return rec.ROLE is Role.ANSWER and getattr(rec, "cycle", None) is not None

@@ -12,13 +12,14 @@ from collections import defaultdict, deque
 from pathlib import Path
 from typing import Any, Callable
 
+import ksearch.store.records as R
 from ksearch.eval.report import BaselineTimes, EvalReport
-from ksearch.store import records as R
+from ksearch.store.journal import read_records
 
 
 class RecordedEvaluator:
     def __init__(self, recording: Path, live: Callable[[], Any], notify: Callable[[str], None] = print):
-        records, _ = R.read_records(Path(recording) / "journal.jsonl")
+        records, _ = read_records(Path(recording) / "journal.jsonl")
         if not records:
             raise FileNotFoundError(f"llm.replay={recording} holds no journal to replay")
         self.source = str(recording)
@@ -30,8 +31,8 @@ class RecordedEvaluator:
                 self._evals[r.solution_id].append(r.value)
             elif isinstance(r, R.Remeasure):
                 self._remeasures[tuple(r.solution_ids)].append(r.reports)
-            elif r.kind == "validate" and r.extra.get("solution_id"):      # held-out set (eval.validate)
-                self._evals[f"{r.extra['solution_id']}@validate"].append(r.extra.get("value"))
+            elif isinstance(r, R.Validate) and r.solution_id:      # held-out set (eval.validate)
+                self._evals[f"{r.solution_id}@validate"].append(r.value)
         self._live_factory = live
         self._live: Any = None
         self._notify = notify

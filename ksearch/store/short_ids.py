@@ -42,7 +42,9 @@ class ShortIds:
     @classmethod
     def from_history(cls, history: Any) -> "ShortIds":
         """From a RunHistory: every `tree` record of its journal, in order."""
-        return cls.from_snapshots(r["tree"] for r in history.iter_kind("tree") if isinstance(r.get("tree"), dict))
+        from ksearch.store.records import TreeSnapshot
+
+        return cls.from_snapshots(r.tree for r in history.of(TreeSnapshot) if r.tree)
 
     @classmethod
     def from_world_model(cls, wm: WorldModel) -> "ShortIds":

@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ksearch import data_dir
-from ksearch.task import snapshot as _snapshot
+import ksearch.task.snapshot as _snapshot
 from ksearch.task.definition import Definition, DefinitionError, parse_definition
 from ksearch.task.workload import Correctness, Workload
 

@@ -81,7 +81,7 @@ def compare_rows(histories: list[RunHistory], target: float | None) -> list[Comp
             best_score=h.best.score if h.best else None, rounds=h.rounds, evaluations=len(h.evaluations),
             cost_usd=h.usage.cost_usd, tokens=h.usage.total_tokens, wall_s=h.wall_s,
             status=h.stop_reason if h.ended else "not finished",
-            time_to_target_s=(hit.t - h.started_at) if hit and h.started_at is not None else None,
+            time_to_target_s=(hit.t - h.started_at) if hit and hit.t is not None and h.started_at is not None else None,
             rounds_to_target=hit.round if hit else None, **_baseline_summary(h),
             workload_set=h.workload_set, device=h.device, path=str(h.run_dir)))
     return rows

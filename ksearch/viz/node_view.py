@@ -18,7 +18,8 @@ from rich.text import Text
 
 from ksearch.eval.report import Status
 from ksearch.store.best_manifest import BestKind, BestManifest, manifest_from_history
-from ksearch.store.history import Evaluation, RunHistory
+from ksearch.store.history import RunHistory
+from ksearch.store.records import CycleFailed, Evaluation
 from ksearch.store.short_ids import ShortIds
 from ksearch.world_model import Node, WorldModel
 from ksearch.world_model.facts import facts
@@ -126,7 +127,7 @@ def best_role(best: BestManifest | None, node_id: str) -> str:
 
 def _attempts(history: RunHistory, node: Node, best: BestManifest | None = None) -> RenderableType:
     evals = history.evaluations_of(node.node_id)
-    failed = [r for r in history.iter_kind("cycle_failed") if r.get("node_id") == node.node_id]
+    failed = [r for r in history.of(CycleFailed) if r.node_id == node.node_id]
     if not evals:
         return Text("no attempts yet" if not node.is_root else "the root holds no kernel unless "
                     "search.seed_solution was given", style="dim")

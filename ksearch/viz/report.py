@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from ksearch.store.best_manifest import BestKind, manifest_from_history
+from ksearch.store import records as R
 from ksearch.store.history import RunHistory
 from ksearch.store.short_ids import ShortIds
 from ksearch.viz import plots
@@ -67,7 +68,7 @@ def _result(h: RunHistory, wm: WorldModel | None, ids: ShortIds, best_png: Path 
         lines.append(f"No passing kernel in {len(h.evaluations)} evaluations.")
     else:
         b = h.best
-        found = format_duration(b.t - h.started_at) if b is not None and h.started_at else "?"
+        found = format_duration(b.t - h.started_at) if b is not None and b.t is not None and h.started_at else "?"
         report = h.best_report()
         spread = getattr(report, "score_spread", None) if report else None
         noise = f" (±{100 * spread:.1f}% timing spread)" if spread else ""
@@ -167,30 +168,28 @@ def _narrative(h: RunHistory, wm: WorldModel | None, ids: ShortIds) -> str:
         lines.append("- not tried: " + ", ".join(f"{_md(f.choice or f.node_id)} (`{ids.short(f.node_id)}`)"
                                                 for f in untried))
     closed_steps = [n for n in wm.nodes() if n.is_closed and not n.is_root]
-    failed = list(h.iter_kind("cycle_failed"))
+    failed = h.of(R.CycleFailed)
     lines += ["", f"{len(closed_steps)} plan steps were closed with a passing kernel; {len(failed)} action cycles "
                   f"failed" + (":" if failed else ".")]
     for r in failed:
-        node = wm.node(r["node_id"]) if r.get("node_id") in wm else None
+        node = wm.node(r.node_id) if r.node_id in wm else None
         title = node.action.title if node and node.action else ""
-        short = ids.short(r["node_id"]) if node is not None else r.get("node_id")
-        lines.append(f"- `{short}` {_md(title)}: last status {r.get('status') or '?'}"
-                     + ("; retired" if r.get("retired") else ""))
-    rejected = [r for r in h.iter_kind("edit") if not r.get("ok")]
-    bad_code = list(h.iter_kind("bad_code"))
+        short = ids.short(r.node_id) if node is not None else r.node_id
+        lines.append(f"- `{short}` {_md(title)}: last status {r.status or '?'}" + ("; retired" if r.retired else ""))
+    rejected = [r for r in h.of(R.Edit) if not r.ok]
+    bad_code = h.of(R.BadCode)
     if rejected:
         lines.append(f"\n{len(rejected)} world-model edit scripts were rejected and re-asked "
-                     f"(first reason: {_md(str((rejected[0].get('errors') or ['?'])[0])[:200])}).")
+                     f"(first reason: {_md(str((rejected[0].errors or ['?'])[0])[:200])}).")
     if bad_code:
         lines.append(f"\n{len(bad_code)} model replies held no usable code (the round was spent).")
-    not_best, remeasured = list(h.iter_kind("not_best")), list(h.iter_kind("remeasure"))
+    not_best, remeasured = h.of(R.NotBest), h.of(R.Remeasure)
     if not_best or remeasured:
         lines.append(f"\n{len(not_best)} passing kernels were not taken as the new best (not faster than the "
                      f"incumbent beyond the timing noise); {len(remeasured)} near-ties were re-measured side by side.")
     for change in h.config_changes():
-        keys = change.get("changed")
-        keys = ", ".join(map(str, keys)) if isinstance(keys, (list, dict)) else str(keys or "settings")
-        lines.append(f"\nSettings changed on resume (at record {change.get('seq')}): {_md(keys)}.")
+        keys = ", ".join(map(str, change.changed)) or "settings"
+        lines.append(f"\nSettings changed on resume (at record {change.seq}): {_md(keys)}.")
     statuses: dict[str, int] = {}
     for e in h.evaluations:
         statuses[e.report.status] = statuses.get(e.report.status, 0) + 1

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from ksearch.store.best_manifest import BestKind, BestManifest, manifest_from_history
 from ksearch.store.history import NotARunError, RunHistory
+from ksearch.store.records import ModelFailed
 from ksearch.store.short_ids import ShortIds
 from ksearch.viz.node_rows import NodeRow, best_mark, node_rows, node_title, pred_meas, speedup
 from ksearch.viz.width import terminal_width  # noqa: F401 - part of this module's API (cli, tests)
@@ -262,9 +263,9 @@ def writer_status(history: RunHistory) -> str:
     if history.state == "finished":
         return f"finished: {history.stop_reason}"
     last = f"; last writer pid {holder.pid}" if holder and holder.pid is not None else ""
-    final = history.records[-1] if history.records else {}
-    why = (f"a model request failed: {' '.join(str(final.get('error') or '?').split())[:160]}"
-           if final.get("kind") == "model_failed" else "killed or crashed")
+    final = history.records[-1] if history.records else None
+    why = (f"a model request failed: {' '.join((final.error or '?').split())[:160]}"
+           if isinstance(final, ModelFailed) else "killed or crashed")
     return f"stopped without finishing ({why}{last}): `ksearch resume {history.run_dir}` continues it"
 
 
