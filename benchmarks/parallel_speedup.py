@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ksearch.eval.report import BaselineTimes, EvalReport, WorkloadResult  # noqa: E402
-from ksearch.llm.offline import read_plan_header  # noqa: E402
+from ksearch.eval.report import BaselineTimes, EvalReport, WorkloadResult
+from ksearch.llm.offline import read_plan_header
 
 
 class TimedStandIn:

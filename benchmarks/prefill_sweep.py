@@ -33,9 +33,10 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 TASK = "mla_paged_prefill_causal_h16_ckv512_kpe64_ps1"
 BF16_PEAK_TFLOPS = 790.0

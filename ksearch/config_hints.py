@@ -8,8 +8,8 @@ every group option (the files under conf/ and the task folders) and suggest the 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 #: Config groups chosen with `group=option`; `task` options are the task folders.
 GROUPS = ("task", "llm", "search", "eval")

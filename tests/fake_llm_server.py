@@ -95,7 +95,7 @@ class FakeLLMServer:
         self._thread: threading.Thread | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------------
-    def start(self) -> "FakeLLMServer":
+    def start(self) -> FakeLLMServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -135,7 +135,7 @@ class FakeLLMServer:
             self._httpd.server_close()
             self._httpd = None
 
-    def __enter__(self) -> "FakeLLMServer":
+    def __enter__(self) -> FakeLLMServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

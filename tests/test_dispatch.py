@@ -11,17 +11,17 @@ import pytest
 from omegaconf import OmegaConf
 
 from ksearch.config import Config
+from ksearch.eval.parent.static_checks import StaticCheckConfig, check_source
 from ksearch.eval.report import EvalReport, WorkloadResult
 from ksearch.eval.trusted.rules import check_outputs
-from ksearch.eval.parent.static_checks import StaticCheckConfig, check_source
 from ksearch.instantiate.dispatch import DispatchError, Member, axis_sources, compose, namespace_module
 from ksearch.instantiate.loader import load_module_from_source
-from ksearch.task.catalog import load_catalog
 from ksearch.llm.offline import OfflineModel, read_plan_header
 from ksearch.planner.regions import RegionBoard
 from ksearch.planner.search import Search
 from ksearch.store import Journal, RunDir
 from ksearch.task import load_task
+from ksearch.task.catalog import load_catalog
 from ksearch.task.regions import scheme_of
 from tests.test_search import TASK, ScriptedEvaluator
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from ksearch.cli.main import main
-from ksearch.interop.flashinfer_bench import FibSolution, FibTrace, from_fib, to_fib
 from ksearch.instantiate.solution import Solution, solution_from_text
+from ksearch.interop.flashinfer_bench import FibSolution, FibTrace, from_fib, to_fib
 from ksearch.task.catalog import load_catalog
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rmsnorm.json"

@@ -15,11 +15,11 @@ from textual.widgets import Tree
 
 from ksearch.cli.main import main
 from ksearch.store import load_history
+from ksearch.store.best_manifest import manifest_from_history
+from ksearch.store.short_ids import ShortIds
 from ksearch.viz.compare import CompareRow, compare_table
 from ksearch.viz.fit_table import Column, fit_table
 from ksearch.viz.node_rows import node_rows, speedup
-from ksearch.store.best_manifest import manifest_from_history
-from ksearch.store.short_ids import ShortIds
 from ksearch.viz.tui import RunBrowser
 from tests.test_show_report_compare import recorded_run
 

@@ -14,7 +14,6 @@ One real search (5 one-round cycles, about 20 s) is shared by the module; hand-w
 what a short run may not produce (a dispatch best, a re-measured best, differing baselines).
 """
 
-import asyncio
 import json
 import os
 import re
@@ -26,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.store.atomic import atomic_write
 from ksearch.store import load_history
+from ksearch.store.atomic import atomic_write
 from ksearch.store.best_manifest import BestKind, BestManifest, manifest_from_history, read_manifest
 from ksearch.store.short_ids import ShortIds
 

@@ -9,10 +9,9 @@ import subprocess
 import sys
 
 import pytest
+import ray  # a dev dependency: the README's test command covers the Ray pool
 
 from ksearch.store import read_journal
-
-import ray  # noqa: E402  (a dev dependency: the README's test command covers the Ray pool)
 
 
 def _alive(pid: int) -> bool:

@@ -1,7 +1,6 @@
 """Runs you can stop and change: resume with new settings, budgets that end a run cleanly, forks, and
 journals damaged by a crash."""
 
-import json
 from pathlib import Path
 
 import pytest

@@ -16,7 +16,6 @@ from ksearch.store import NotARunError, load_history
 from ksearch.viz.speedups import prediction_points
 from ksearch.world_model import Action, AttachedSolution, Node
 
-
 _RECORDED: dict[str, Path] = {}
 
 

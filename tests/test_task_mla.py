@@ -13,8 +13,8 @@ import torch
 
 from ksearch.eval.trusted.rules import check_outputs
 from ksearch.instantiate.loader import load_entry_point
-from ksearch.task.catalog import load_catalog
 from ksearch.task import load_task
+from ksearch.task.catalog import load_catalog
 from ksearch.task.paged import paged_indices
 
 DECODE = "mla_paged_decode_h16_ckv512_kpe64_ps1"

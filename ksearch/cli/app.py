@@ -265,9 +265,9 @@ def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: A
     from ksearch.llm import build_model
     from ksearch.planner.search import Search, frozen_changes, settings_diff
     from ksearch.store import Journal, RunDir
+    from ksearch.store.atomic import atomic_write
     from ksearch.store.fork import ForkError, load_fork, seed_from_own_journal
     from ksearch.store.replay import RecordedEvaluator
-    from ksearch.store.atomic import atomic_write
     from ksearch.task import load_task
 
     c: Config = cfg  # type: ignore[assignment]

@@ -20,14 +20,15 @@ import argparse
 import json
 import math
 import platform
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from ksearch.eval.report import BaselineTimes, EvalReport, geomean
 from ksearch.eval.clocks.roofline import LimitFraction
+from ksearch.eval.report import BaselineTimes, EvalReport, geomean
 
 
 def _versions() -> dict[str, str]:
@@ -44,7 +45,7 @@ def _versions() -> dict[str, str]:
         out["flashinfer"] = md.version("flashinfer-python")
     except Exception:
         try:
-            import flashinfer  # noqa: F401
+            import flashinfer
             out["flashinfer"] = getattr(flashinfer, "__version__", "?")
         except Exception:
             out["flashinfer"] = "not installed"
@@ -237,12 +238,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ksearch.cli.app import compose_config, resolve_eval
-    from ksearch.store.atomic import atomic_write
-    from ksearch.eval.parent.evaluator import Evaluator
     from ksearch.eval.clocks.roofline import compute_rate, limit_fraction, measure_peaks
+    from ksearch.eval.parent.evaluator import Evaluator
     from ksearch.instantiate import Solution, solution_from_text
-    from ksearch.task.catalog import load_catalog
+    from ksearch.store.atomic import atomic_write
     from ksearch.task import load_task
+    from ksearch.task.catalog import load_catalog
 
     console = Console(width=200)
     cfg = compose_config(args.overrides)

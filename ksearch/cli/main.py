@@ -60,8 +60,15 @@ def _sinks(cfg, run_path: Path, group: str | None = None):
 
 def _execute(cfg, run_path: Path, *, fresh: bool) -> int:
     """Run or resume; a SIGTERM or a full disk ends it with one line on stderr (see store.shutdown)."""
-    from ksearch.store.shutdown import (EXIT_DISK_FULL, EXIT_TERMINATED, Terminated, disk_full_message,
-                                        is_disk_full, stop_on_sigterm, terminated_message)
+    from ksearch.store.shutdown import (
+        EXIT_DISK_FULL,
+        EXIT_TERMINATED,
+        Terminated,
+        disk_full_message,
+        is_disk_full,
+        stop_on_sigterm,
+        terminated_message,
+    )
 
     try:
         with stop_on_sigterm():
@@ -114,8 +121,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _sweep_ending_cleanly(args: argparse.Namespace) -> int:
     """A sweep under SIGTERM or on a full disk: the arm that was running says how to resume it; one line."""
-    from ksearch.store.shutdown import (EXIT_DISK_FULL, EXIT_TERMINATED, Terminated, disk_full_message,
-                                        is_disk_full, stop_on_sigterm, terminated_message)
+    from ksearch.store.shutdown import (
+        EXIT_DISK_FULL,
+        EXIT_TERMINATED,
+        Terminated,
+        disk_full_message,
+        is_disk_full,
+        stop_on_sigterm,
+        terminated_message,
+    )
 
     which = " (ARM_DIR: the interrupted arm, named above; sweep.json lists the arms)"
     try:
@@ -142,8 +156,8 @@ def _swept_overrides(overrides: list[str]) -> list[str]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ksearch.config import to_plain
     from ksearch.cli.sweep import plan_sweep, run_sweep
+    from ksearch.config import to_plain
     from ksearch.viz.tracking import check_logger
 
     sweep = plan_sweep(args.overrides)
@@ -313,8 +327,14 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ksearch.store import load_history
-    from ksearch.viz.compare import (baseline_note, compare_json, compare_rows, compare_table, default_target,
-                                     expand_run_dirs)
+    from ksearch.viz.compare import (
+        baseline_note,
+        compare_json,
+        compare_rows,
+        compare_table,
+        default_target,
+        expand_run_dirs,
+    )
 
     histories = [load_history(p) for p in expand_run_dirs(args.run_dirs)]
     target = args.target if args.target is not None else default_target(histories)
@@ -346,8 +366,8 @@ def _task_of_solution(overrides: list[str], task: str | None) -> list[str]:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from ksearch.cli.app import ConfigError, compose_config, resolve_eval
-    from ksearch.eval.parent.evaluator import Evaluator
     from ksearch.cli.solution_file import read_solution_file
+    from ksearch.eval.parent.evaluator import Evaluator
     from ksearch.task import load_task
 
     sol, own_task = read_solution_file(Path(args.solution))
@@ -432,7 +452,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """Every subcommand in one tree. Options may come before, between or after the Hydra overrides."""
     from ksearch import __version__
-
     from ksearch.cli import bench
     p = argparse.ArgumentParser(prog="ksearch", description="World-model guided search for fast GPU kernels.")
     p.add_argument("--version", action="version", version=f"ksearch {__version__}")
@@ -513,11 +532,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from ksearch.cli.app import ConfigError
+    from ksearch.cli.solution_file import SolutionFileError
+    from ksearch.cli.sweep import SweepError
     from ksearch.interop.export import ExportError
     from ksearch.llm.base import ModelError
-    from ksearch.cli.solution_file import SolutionFileError
     from ksearch.store import JournalCorrupted, JournalDivergence
-    from ksearch.cli.sweep import SweepError
     from ksearch.task import UnknownTaskError
     from ksearch.task.catalog import CatalogError
     from ksearch.task.dataset import DatasetError

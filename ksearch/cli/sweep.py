@@ -18,9 +18,10 @@ import itertools
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ksearch.store.shutdown import is_disk_full
 

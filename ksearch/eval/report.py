@@ -120,7 +120,7 @@ class WorkloadResult:
     unstable: bool = False                    # its two halves disagreed beyond the spread, twice
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> "WorkloadResult":
+    def from_json(d: dict[str, Any]) -> WorkloadResult:
         d = _known(WorkloadResult, d)
         if "status" in d:
             d["status"] = _recorded(Status, d["status"])
@@ -191,7 +191,7 @@ class EvalReport:
         return asdict(self)
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> "EvalReport":
+    def from_json(d: dict[str, Any]) -> EvalReport:
         d = _known(EvalReport, d)
         if "status" in d:
             d["status"] = _recorded(Status, d["status"])
@@ -252,7 +252,7 @@ class BaselineTimes:
         return asdict(self)
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> "BaselineTimes":
+    def from_json(d: dict[str, Any]) -> BaselineTimes:
         d = _known(BaselineTimes, d)
         if "metric" in d:
             d["metric"] = _recorded(Metric, d["metric"])

@@ -24,9 +24,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ksearch.instantiate.loader import SolutionLoadError
 
@@ -269,8 +270,9 @@ def compile_check(src: str, entry: str, nvcc: str, build_root: Path, arch: str =
     """Compile the .cu as load_inline would (object file only). Returns if it compiles; raises
     CudaBuildError with the compiler's errors if it does not, and CudaNotRunnable (compiled=None) when the
     compile failed only because this machine lacks GPU-host headers. Results are cached by source hash."""
-    from torch.utils.cpp_extension import include_paths
     import sysconfig
+
+    from torch.utils.cpp_extension import include_paths
 
     digest = source_digest(src, entry)
     name = f"ksearch_cuda_{digest}"

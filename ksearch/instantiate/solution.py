@@ -55,7 +55,7 @@ class Solution:
         return h.hexdigest()[:16]
 
     @staticmethod
-    def from_code(definition: str, code: str, **kw: Any) -> "Solution":
+    def from_code(definition: str, code: str, **kw: Any) -> Solution:
         return Solution(definition=definition, sources=(SourceFile("main.py", code),), **kw)
 
     def to_json(self) -> dict[str, Any]:
@@ -64,14 +64,14 @@ class Solution:
         return d
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> "Solution":
+    def from_json(d: dict[str, Any]) -> Solution:
         d = {k: v for k, v in d.items() if k != "solution_id"}
         d["sources"] = tuple(SourceFile(**s) for s in d["sources"])
         d["target_hardware"] = tuple(d.get("target_hardware", ("cuda",)))
         return Solution(**d)
 
 
-def solution_from_text(definition: str, text: str, entry: str = "run", **meta: Any) -> "Solution":
+def solution_from_text(definition: str, text: str, entry: str = "run", **meta: Any) -> Solution:
     """A Solution from a model reply or a file: Python/Triton (main.py) or CUDA C++ (main.cu), by content,
     or a FlashInfer-Bench Solution JSON document (so `search.seed_solution` may name one)."""
     from ksearch.instantiate.extract import extract_code

@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ksearch.llm.base import ModelError, ModelReply, ModelRequest, Usage
 from ksearch.llm.redact import redact, redact_obj

@@ -21,8 +21,8 @@ import time
 from typing import Any
 
 from ksearch.llm.base import ModelReply, ModelRequest, Usage
-from ksearch.task.catalog import Catalog, Family, load_catalog
 from ksearch.task import load_task
+from ksearch.task.catalog import Catalog, Family, load_catalog
 
 PLAN_HEADER = "# ksearch-plan: "
 _HEADER_RE = re.compile(r"^# ksearch-plan: (\{.*\})\s*$", re.MULTILINE)

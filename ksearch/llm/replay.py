@@ -35,7 +35,7 @@ class _Answers:
 
 class ReplayModel:
     def __init__(self, recording: Path | str):
-        from ksearch.store import read_journal     # lazily: the store imports the solution types
+        from ksearch.store import read_journal  # lazily: the store imports the solution types
 
         self.recording = Path(recording)
         journal = self.recording / "journal.jsonl"

@@ -10,11 +10,12 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Optional
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -215,7 +216,7 @@ class TaskMeta(BaseModel):
     model_config = ConfigDict(extra="allow")
     correctness: Correctness = Correctness()
     default_sets: DefaultSets = DefaultSets()
-    static_checks: Optional[dict[str, Any]] = None
+    static_checks: dict[str, Any] | None = None
 
 
 def _find(name: str) -> Path | None:
@@ -254,7 +255,7 @@ def _task_from_snapshot(snap: _snapshot.TaskSnapshot) -> Task:
     return task
 
 
-def _build_task(name: str, task_dir: Path, read: Callable[[str], Optional[str]]) -> Task:
+def _build_task(name: str, task_dir: Path, read: Callable[[str], str | None]) -> Task:
     text = read("definition.json")
     if text is None:
         raise UnknownTaskError(f"{task_dir} has no definition.json")

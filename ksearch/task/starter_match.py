@@ -12,9 +12,9 @@ reference) are taken from the reference's text when it has them, and the run dec
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ksearch.task.definition import Definition
 

@@ -10,8 +10,8 @@ own, then one `column: value` line per other column.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table

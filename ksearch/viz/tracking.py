@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 LOGGERS = ("none", "wandb", "mlflow")
 

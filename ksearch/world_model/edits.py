@@ -67,7 +67,7 @@ class EditScriptError(ValueError):
     `flawed`); `WorldModel.apply_text` dry-runs it so tree-level reasons are reported in the same reply.
     """
 
-    def __init__(self, reasons: list[str], script: "EditScript | None" = None):
+    def __init__(self, reasons: list[str], script: EditScript | None = None):
         self.reasons = reasons
         self.script = script
         super().__init__("; ".join(reasons))

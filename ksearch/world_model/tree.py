@@ -17,13 +17,22 @@ the second, against the tree, on a copy, committing only when every op is valid:
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import networkx as nx
 
-from ksearch.world_model.edits import (MAX_ID_CHARS, DeleteOp, EditScript, EditScriptError, InsertOp, SplitOp,
-                                       UpdateOp, parse_edit_text)
+from ksearch.world_model.edits import (
+    MAX_ID_CHARS,
+    DeleteOp,
+    EditScript,
+    EditScriptError,
+    InsertOp,
+    SplitOp,
+    UpdateOp,
+    parse_edit_text,
+)
 from ksearch.world_model.node import Action, AttachedSolution, Node
 
 ROOT_ID = "root"
@@ -370,7 +379,7 @@ class WorldModel:
         }
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> "WorldModel":
+    def from_json(d: dict[str, Any]) -> WorldModel:
         wm = WorldModel(d.get("kernel_summary", ""), d.get("open_questions", []))
         wm.graph = nx.DiGraph()
         for raw in d["nodes"]:

@@ -9,8 +9,8 @@ import socket
 import pytest
 import torch
 
-from ksearch.eval.trusted import exchange
 from ksearch.eval.clocks.gputime import KernelCounts, graph_kernels
+from ksearch.eval.trusted import exchange
 from ksearch.eval.trusted.judge import graph_unusable
 
 INPUTS = {"q": torch.randn(2, 3, dtype=torch.float32).to(torch.bfloat16), "idx": torch.arange(5, dtype=torch.int32),

@@ -134,7 +134,7 @@ def install(scratch_dir: str | os.PathLike[str], candidate_prefixes: list[str] |
 
 def preload_for_hook() -> None:
     """Import what the hook and the harness use later (the fork server's zygote calls it)."""
-    import ctypes  # noqa: F401
+    import ctypes
     import ctypes.util  # noqa: F401
     import shutil  # noqa: F401
     import sysconfig  # noqa: F401
@@ -245,7 +245,7 @@ def _unversioned(path: str) -> str:
     return re.sub(r"[\d.]+$", "", normalise_exe(path)) or normalise_exe(path)
 
 
-def _make_hook(policy: AuditPolicy) -> tuple[Any, set[Any]]:  # noqa: C901  (one closure keeps its state out of reach)
+def _make_hook(policy: AuditPolicy) -> tuple[Any, set[Any]]:  # one closure keeps its state out of reach
     import shutil
     import socket as socket_module
     import sysconfig

@@ -38,16 +38,17 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-from ksearch.eval.trusted import exchange
-from ksearch.eval.clocks import gputime
 from ksearch.eval.candidate.channel import CandidateChannel
-from ksearch.eval.trusted.memory import scrub
+from ksearch.eval.clocks import gputime
 from ksearch.eval.report import Status
+from ksearch.eval.trusted import exchange
+from ksearch.eval.trusted.memory import scrub
 from ksearch.eval.trusted.rules import normalize_outputs
 
 
@@ -98,7 +99,7 @@ def _runtime_error(e: BaseException) -> dict[str, Any]:
 def _misfit(outs: list[Any], slots: list[torch.Tensor], names: list[str], device: str) -> dict[str, Any] | None:
     """Why the returned outputs cannot fill the judge's slots (a failure the candidate reports on itself)."""
     for name, o, slot in zip(names, outs, slots):
-        if type(o) is not torch.Tensor:        # noqa: E721 - a subclass could intercept the copy
+        if type(o) is not torch.Tensor:        # the exact type: a subclass could intercept the copy
             what = "a torch.Tensor subclass" if isinstance(o, torch.Tensor) else type(o).__name__
             return {"status": Status.INCORRECT_SHAPE, "message": f"{name}: expected a plain torch.Tensor, got {what}"}
         if o.is_meta:
@@ -137,8 +138,9 @@ def _setup(payload: dict[str, Any]) -> _Kernel:
     k.names = task.definition.output_names
     k.input_names = task.definition.input_names
     task.workloads_module                   # noqa: B018 - imported now, while files may still be read
-    from ksearch.instantiate import loader  # noqa: F401
     import faulthandler
+
+    from ksearch.instantiate import loader  # noqa: F401
     faulthandler.enable(all_threads=True)   # a segfault prints the Python stack to the captured stderr
     if payload.get("sandbox", True):
         from ksearch.eval.candidate import audit
@@ -202,7 +204,7 @@ class _Server:
                 handler = ops.get(op)               # type: ignore[arg-type]
                 reply = handler(req, fd) if handler else {"ok": False, "status": Status.RUNTIME_ERROR,
                                                           "message": f"unknown request {op!r}"}
-            except BaseException as e:  # noqa: BLE001 - candidate code may raise anything
+            except BaseException as e:  # candidate code may raise anything
                 if isinstance(e, KeyboardInterrupt):
                     raise
                 reply = _runtime_error(e)

@@ -33,8 +33,9 @@ import os
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -72,7 +73,7 @@ class Capture:
     flush_graph: Any = None
     outputs: dict[int, Any] = field(default_factory=dict)     # input set -> the call's last result
     error: str = ""
-    kernels: "KernelCounts | None" = None
+    kernels: KernelCounts | None = None
 
 
 @dataclass

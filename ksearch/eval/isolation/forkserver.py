@@ -139,7 +139,7 @@ class Child:
     pid: int
     conn: Connection
     capture: ChildOutput
-    server: "ForkServer"
+    server: ForkServer
     spawned_at: float = field(default_factory=time.perf_counter)
     returncode: int | None = None
     ended_at: float | None = None
@@ -451,7 +451,7 @@ class ForkServer:
         except OSError:
             pass
 
-    def __enter__(self) -> "ForkServer":
+    def __enter__(self) -> ForkServer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -816,10 +816,10 @@ def _preload(config: dict[str, Any]) -> None:
     """Import what every child needs, without initialising CUDA (children do that after the fork)."""
     import numpy  # noqa: F401
     import torch
-    import triton  # noqa: F401
+    import triton
     import triton.language  # noqa: F401
 
-    from ksearch.eval.candidate import audit  # noqa: F401
+    from ksearch.eval.candidate import audit
 
     if config.get("interpret"):
         from ksearch.eval.interpreter import prepare_interpreter

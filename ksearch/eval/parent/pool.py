@@ -20,10 +20,11 @@ import os
 import queue
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ksearch.eval.report import BaselineTimes, EvalReport
 

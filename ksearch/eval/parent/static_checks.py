@@ -24,8 +24,9 @@ still apply to them. No imports beyond the standard library: the parent calls th
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 # Module prefixes a candidate may not import. Matched on whole dotted components.
 FORBIDDEN_MODULES: dict[str, str] = {
@@ -98,7 +99,7 @@ class StaticCheckConfig:
     protected_names: list[str] = field(default_factory=list)     # more module names to treat as task files
 
     @staticmethod
-    def from_mapping(d: dict[str, Any] | None, task_name: str | None = None) -> "StaticCheckConfig":
+    def from_mapping(d: dict[str, Any] | None, task_name: str | None = None) -> StaticCheckConfig:
         d = dict(d or {})
         unknown = set(d) - {"forbidden_calls", "forbidden_imports", "allowed_imports", "protected_names"}
         if unknown:
@@ -110,7 +111,7 @@ class StaticCheckConfig:
         return cfg
 
     @staticmethod
-    def for_task(task: Any) -> "StaticCheckConfig":
+    def for_task(task: Any) -> StaticCheckConfig:
         return StaticCheckConfig.from_mapping((task.meta or {}).get("static_checks"), task.name)
 
 

@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from ksearch.eval.clocks import gputime
-from ksearch.eval.trusted.job import Job
 from ksearch.eval.clocks.noise import noise_floor, relative_spread
 from ksearch.eval.report import BaselineTimes, Metric, TimingMethod
+from ksearch.eval.trusted.job import Job
 from ksearch.eval.trusted.rules import check_outputs, normalize_outputs
 from ksearch.task import Task, Workload, load_task
 

@@ -23,8 +23,9 @@ import math
 import mmap
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -185,7 +186,7 @@ class SharedCall:
             except BufferError:         # a view is still referenced somewhere: the mapping dies with it
                 pass
 
-    def __enter__(self) -> "SharedCall":
+    def __enter__(self) -> SharedCall:
         return self
 
     def __exit__(self, *exc: Any) -> None:

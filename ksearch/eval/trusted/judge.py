@@ -52,13 +52,12 @@ from typing import Any
 
 import torch
 
-from ksearch.eval.trusted import exchange
 from ksearch.eval import wire
 from ksearch.eval.clocks.gputime import per_call_ms
-from ksearch.eval.trusted.job import Job
 from ksearch.eval.clocks.noise import noise_floor, relative_spread
-from ksearch.eval.report import (CANDIDATE_STATUSES, EvalReport, Metric, Status, TimingMethod,
-                                 WorkloadResult)
+from ksearch.eval.report import CANDIDATE_STATUSES, EvalReport, Metric, Status, TimingMethod, WorkloadResult
+from ksearch.eval.trusted import exchange
+from ksearch.eval.trusted.job import Job
 from ksearch.eval.trusted.rules import check_outputs, normalize_outputs
 from ksearch.task import Task, Workload, load_task
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import resource
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 
