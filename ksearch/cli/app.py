@@ -206,7 +206,7 @@ def check_llm_credentials(cfg: DictConfig) -> None:
         raise ConfigError(str(e)) from None
     try:
         env = litellm.validate_environment(model=llm.model)
-    except Exception:       # an unknown provider: the first request reports it with litellm's own words
+    except Exception:       # noqa: BLE001 - an unknown provider: the first request reports it with litellm's own words
         return
     missing = env.get("missing_keys") or [] if isinstance(env, dict) else []
     if missing:

@@ -43,11 +43,11 @@ def _versions() -> dict[str, str]:
     try:
         import importlib.metadata as md
         out["flashinfer"] = md.version("flashinfer-python")
-    except Exception:
+    except Exception:  # noqa: BLE001 - not installed by pip: the module may still be there
         try:
             import flashinfer
             out["flashinfer"] = getattr(flashinfer, "__version__", "?")
-        except Exception:
+        except Exception:  # noqa: BLE001 - a broken install is reported, not fatal
             out["flashinfer"] = "not installed"
     if torch.cuda.is_available():
         out["gpu"] = torch.cuda.get_device_name()

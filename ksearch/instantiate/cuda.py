@@ -384,7 +384,7 @@ def load_cuda_entry_point(src: str, entry: str = "run", *, build_root: Path | No
             name=name, cpp_sources=[cpp], cuda_sources=[LINE_DIRECTIVE + src], functions=None,
             extra_cuda_cflags=[f"-gencode=arch=compute_{arch},code=sm_{arch}", "-O3", "-lineinfo"],
             build_directory=str(build_dir), verbose=verbose, with_cuda=True)
-    except Exception as e:          # ninja/nvcc output is in the message: hand it back, shortened
+    except Exception as e:          # noqa: BLE001 - ninja/nvcc output is in the message: hand it back, shortened
         raise CudaBuildError(f"the CUDA code does not build (sm_{arch}):\n"
                              f"{_tail(str(e).replace(str(build_dir) + os.sep, ''))}") from None
     fn = getattr(module, entry, None)

@@ -44,7 +44,7 @@ class ReplayModel:
                              f"(runs/<task>/<timestamp>)")
         try:
             records, _ = read_journal(journal)
-        except Exception as e:      # a damaged journal: say which file, do not guess
+        except Exception as e:      # noqa: BLE001 - a damaged journal: say which file, do not guess
             raise ModelError(f"llm.replay={recording}: cannot read {journal}: {e}") from None
         self._by_key: dict[str, _Answers] = defaultdict(_Answers)
         self._by_prompt: dict[tuple[str, str, str], _Answers] = defaultdict(_Answers)

@@ -47,7 +47,7 @@ def flush_bytes(device: torch.device) -> int:
     """Twice the L2, so every timed call starts cold (at least 64 MiB)."""
     try:
         l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
-    except Exception:
+    except Exception:  # noqa: BLE001 - no properties: the default flush size
         l2 = 0
     return max(2 * l2, 64 * 1024 * 1024) if l2 else DEFAULT_FLUSH_BYTES
 
@@ -183,7 +183,7 @@ class GraphTimer:
             cap.call_graph = cap.flush_graph = None
             try:
                 torch.cuda.synchronize()
-            except Exception:
+            except Exception:  # noqa: BLE001 - the candidate's error is recorded above; the device may be gone
                 pass
         return cap
 

@@ -167,8 +167,9 @@ def measure_peaks(device: str = "cuda", *, matmul_size: int = 8192, copy_bytes: 
         # runtime's device-to-device memcpy and an elementwise kernel), each timed on its own.
         src = torch.rand(copy_bytes // 4, device=dev)
         dst = torch.empty_like(src)
-        copy_ms = min(time_cuda(lambda: dst.copy_(src), warmup=3, iterations=20),
-                      time_cuda(lambda: torch.mul(src, 1.0, out=dst), warmup=3, iterations=20))
+        copy_ms = min(time_cuda(lambda: dst.copy_(src), warmup=3, iterations=20),  # noqa: F821 - run before the del
+                      time_cuda(lambda: torch.mul(src, 1.0, out=dst),  # noqa: F821 - run before the del
+                                warmup=3, iterations=20))
         copy_tbs = 2 * copy_bytes / (copy_ms * 1e-3) / 1e12
         del src, dst
         n = matmul_size
@@ -180,11 +181,12 @@ def measure_peaks(device: str = "cuda", *, matmul_size: int = 8192, copy_bytes: 
 
         a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
         b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
-        tflops["bf16"], sources["bf16"] = rate(lambda: a @ b.t()), "measured"
+        tflops["bf16"], sources["bf16"] = rate(lambda: a @ b.t()), "measured"  # noqa: F821 - run before the del
         try:
             a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
             one = torch.ones((), device=dev, dtype=torch.float32)
-            tflops["fp8"] = rate(lambda: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.bfloat16))
+            tflops["fp8"] = rate(
+                lambda: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.bfloat16))  # noqa: F821 - before the del
             sources["fp8"] = "measured"
             del a8, b8
         except (RuntimeError, TypeError, AttributeError):
@@ -194,7 +196,7 @@ def measure_peaks(device: str = "cuda", *, matmul_size: int = 8192, copy_bytes: 
         allow = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = False
         try:
-            tflops["fp32"], sources["fp32"] = rate(lambda: af @ bf.t()), "measured"
+            tflops["fp32"], sources["fp32"] = rate(lambda: af @ bf.t()), "measured"  # noqa: F821 - run before the del
         finally:
             torch.backends.cuda.matmul.allow_tf32 = allow
         del af, bf

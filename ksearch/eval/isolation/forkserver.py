@@ -543,7 +543,7 @@ class Zygote:
                 pid, init = self._fork_in_namespaces(conn_fd, out_fd, spec)
             else:
                 pid, init = self._fork(conn_fd, out_fd, spec), None
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - any failure to fork is this child's failure, reported to the parent
             self.send(("failed", cid, f"{type(e).__name__}: {e}"))
             return
         finally:
@@ -701,17 +701,17 @@ def _child_main(conn_fd: int, out_fd: int, spec: tuple[Any, ...], zygote: int, n
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - the child's code may raise anything: exit code 1
         try:
             traceback.print_exc()
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - the exit code still says it
             pass
         code = 1
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
-            except BaseException:
+            except BaseException:  # noqa: BLE001 - a closed stream must not stop os._exit
                 pass
         os._exit(code)
 
@@ -801,7 +801,7 @@ def zygote_main(argv: list[str] | None = None) -> None:
         sock.send(pickle.dumps(("ready", {"isolation": isolation, "note": note, "threads": threads,
                                           "import_s": import_s,
                                           "walls": walls.to_json(plan) if plan is not None else None})))
-    except BaseException as e:
+    except BaseException as e:  # noqa: BLE001 - any start failure is reported to the parent before exiting
         traceback.print_exc()
         try:
             sock.send(pickle.dumps(("failed", 0, f"the fork server could not start: {type(e).__name__}: {e}")))

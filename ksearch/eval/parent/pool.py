@@ -226,7 +226,7 @@ class RayPool:
                     pids = ray.get([a.worker_pids.remote() for a in actors], timeout=10.0)
                     self.pids = getattr(self, "pids", set()) | {p for ps in pids for p in ps}
                     ray.get([a.close.remote() for a in actors], timeout=getattr(self, "_close_timeout", 60.0))
-                except Exception:      # an actor that died or hangs: killing it below is all that is left
+                except Exception:  # noqa: BLE001 - an actor that died or hangs: killing it below is all that is left
                     pass
                 for a in actors:
                     ray.kill(a, no_restart=True)

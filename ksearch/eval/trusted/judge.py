@@ -669,14 +669,15 @@ class Judge:
                 for t in range(self.job.check_trials):
                     k = t % len(alive)
                     for c in alive[k:] + alive[:k]:
-                        self._guarded(c, w, lambda c=c: check_ms[c.sid].append(ms)
-                                      if (ms := self.check(c, w, t)) is not None else None)
+                        self._guarded(c, w, lambda c=c: check_ms[c.sid].append(ms)  # noqa: B023 - run at once
+                                      if (ms := self.check(c, w, t)) is not None else None)  # noqa: B023 - run at once
                 for c in alive:
                     if c.ok:
                         if self.on_gpu:
-                            self._guarded(c, w, lambda c=c: self.time_gpu(c, w))
+                            self._guarded(c, w, lambda c=c: self.time_gpu(c, w))  # noqa: B023 - run at once
                         else:
-                            self._guarded(c, w, lambda c=c: self.time_cpu(c, w, check_ms[c.sid]))
+                            self._guarded(c, w,
+                                          lambda c=c: self.time_cpu(c, w, check_ms[c.sid]))  # noqa: B023 - run at once
         finally:
             for c in self.cands:
                 self._end(c)
@@ -706,7 +707,7 @@ class Judge:
         except CandidateGone as e:
             c.fail(e.status, e.message, w.name, log=e.message)
             self._end(c)
-        except Exception as e:      # the judge's own step failed (its reference, a CUDA error here)
+        except Exception as e:      # noqa: BLE001 - the judge's own step failed (its reference, a CUDA error here)
             c.fail(Status.RUNTIME_ERROR, f"evaluation failed on {w.name}: {type(e).__name__}: {e}"[:1500], w.name,
                    log=traceback.format_exc())
             self._end(c)
@@ -724,25 +725,25 @@ class Judge:
             try:
                 child.conn.send({"op": "stop"})
                 wire.receive(child.conn, 5.0)
-            except Exception:
+            except Exception:  # noqa: BLE001 - teardown of a child that may be gone: best effort
                 pass
         try:
             child.kill()
-        except Exception:
+        except Exception:  # noqa: BLE001 - teardown of a child that may be gone: best effort
             pass
         exit_note = ""
         try:
             exit_note = child.exit_description()
-        except Exception:
+        except Exception:  # noqa: BLE001 - teardown of a child that may be gone: best effort
             pass
         out = ""
         try:
             out, nbytes = child.output()
-        except Exception:
+        except Exception:  # noqa: BLE001 - teardown of a child that may be gone: best effort
             nbytes = 0
         try:
             refused = list(child.audit_violations())
-        except Exception:
+        except Exception:  # noqa: BLE001 - teardown of a child that may be gone: best effort
             refused = []
         if refused:
             why = "the sandbox refused: " + "; ".join(sorted(set(refused)))[:1200]
@@ -764,7 +765,7 @@ class Judge:
 
         try:
             env = describe(self.device)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - the environment is a note: its failure is recorded
             env = {"device": self.device, "error": f"{type(e).__name__}: {e}"}
         env["input_nonce"] = self.nonce
         env["metric"] = self.job.metric
