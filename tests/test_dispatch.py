@@ -163,7 +163,7 @@ def test_search_ends_with_a_dispatched_best_that_replays(tmp_path):
 
 
 def test_no_dispatch_without_validation(tmp_path):
-    out = _run(tmp_path / "r", RegionalEvaluator(None), validate="none")
+    _run(tmp_path / "r", RegionalEvaluator(None), validate="none")
     recs = [json.loads(x) for x in (tmp_path / "r" / "journal.jsonl").read_text().splitlines()]
     assert not [r for r in recs if r["kind"] == "dispatch"]
     assert read_plan_header((tmp_path / "r" / "best" / "solution.py").read_text()) is not None

@@ -92,7 +92,9 @@ def test_search_uses_its_round_budget_and_returns_the_global_best(tmp_path):
 
 
 def test_cycle_ends_on_stagnation_and_is_capped(tmp_path):
-    flat = lambda plan: ("PASSED", 1.0)           # nothing ever improves within a cycle
+    def flat(plan):
+        return "PASSED", 1.0                    # nothing ever improves within a cycle
+
     s, ev, j = make_search(tmp_path, flat, max_rounds=6, stagnation_window=1, max_rounds_per_cycle=5)
     s.run()
     j.close()
@@ -105,7 +107,9 @@ def test_cycle_ends_on_stagnation_and_is_capped(tmp_path):
 
 
 def test_failed_cycles_are_counted_and_retire_the_node(tmp_path):
-    broken = lambda plan: ("RUNTIME_ERROR", None) if plan["family"] == "split_kv" else ("PASSED", 0.5)
+    def broken(plan):
+        return ("RUNTIME_ERROR", None) if plan["family"] == "split_kv" else ("PASSED", 0.5)
+
     s, ev, j = make_search(tmp_path, broken, max_rounds=10, max_failed_cycles=1, max_rounds_per_cycle=2)
     out = s.run()
     j.close()
@@ -117,7 +121,9 @@ def test_failed_cycles_are_counted_and_retire_the_node(tmp_path):
 def test_seed_is_eligible_as_best(tmp_path):
     seed = tmp_path / "seed.py"
     seed.write_text('# ksearch-plan: {"family": "split_kv", "knobs": {"BLOCK_N": 999}}\ndef run(*a):\n    pass\n')
-    judge = lambda plan: ("PASSED", 50.0) if plan["knobs"].get("BLOCK_N") == 999 else by_block(plan)
+    def judge(plan):
+        return ("PASSED", 50.0) if plan["knobs"].get("BLOCK_N") == 999 else by_block(plan)
+
     s, ev, j = make_search(tmp_path, judge, max_rounds=3, seed_solution=str(seed))
     out = s.run()
     j.close()

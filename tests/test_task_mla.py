@@ -73,10 +73,10 @@ def _decode64(inp):
     ptr, idx = inp["kv_indptr"].tolist(), inp["kv_indices"].long()
     outs, lses = [], []
     for b in range(len(ptr) - 1):
-        o, l = _attend64(inp["q_nope"][b], inp["q_pe"][b], idx[ptr[b]:ptr[b + 1]], inp["ckv_cache"],
-                         inp["kpe_cache"], inp["sm_scale"])
+        o, lse = _attend64(inp["q_nope"][b], inp["q_pe"][b], idx[ptr[b]:ptr[b + 1]], inp["ckv_cache"],
+                           inp["kpe_cache"], inp["sm_scale"])
         outs.append(o)
-        lses.append(l)
+        lses.append(lse)
     return torch.stack(outs), torch.stack(lses)
 
 

@@ -26,7 +26,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from ksearch.world_model.node import ACTION_FIELDS, EDITABLE_FIELDS
 
@@ -103,7 +103,7 @@ class DeleteOp:
     flawed: bool = False
 
 
-Op = Union[InsertOp, UpdateOp, SplitOp, DeleteOp]
+Op = InsertOp | UpdateOp | SplitOp | DeleteOp
 
 
 @dataclass
