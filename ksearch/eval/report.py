@@ -32,7 +32,7 @@ import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum, auto
-from typing import Any
+from typing import Any, cast
 
 
 class Status(StrEnum):
@@ -270,12 +270,13 @@ def score_report(report: EvalReport, baseline: BaselineTimes) -> EvalReport:
 
     if not report.passed:
         return report
-    lat = {w.workload: w.latency_ms for w in report.workloads}
-    interleaved = {n: t for n, t in report.baseline_ms.items() if all(w in t for w in lat)}
+    measured = {w.workload: w.latency_ms for w in report.workloads}
+    interleaved = {n: t for n, t in report.baseline_ms.items() if all(w in t for w in measured)}
     variants = interleaved or baseline.variants
     best = best_of(variants)
-    if not lat or not all(_is_time(v) for v in lat.values()) or not all(w in best for w in lat):
+    if not measured or not all(_is_time(v) for v in measured.values()) or not all(w in best for w in measured):
         return report
+    lat = cast("dict[str, float]", measured)       # every latency is a time (checked just above)
     report.speedups = {w: best[w] / lat[w] for w in lat}
     report.score = geomean(list(report.speedups.values()))
     report.score_name = "geomean_speedup"

@@ -179,7 +179,8 @@ def namespace_module(source: str, prefix: str) -> tuple[list[ast.stmt], list[ast
     top = _top_level_names(tree)
     if "run" not in top:
         raise DispatchError("a member defines no top-level `run`")
-    imports, body = [], []
+    imports: list[ast.stmt] = []
+    body: list[ast.stmt] = []
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             if isinstance(node, ast.ImportFrom) and node.module == "__future__":

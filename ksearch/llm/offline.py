@@ -22,7 +22,7 @@ from typing import Any
 
 from ksearch.llm.base import ModelReply, ModelRequest, Usage
 from ksearch.task import load_task
-from ksearch.task.catalog import Catalog, Family, load_catalog
+from ksearch.task.catalog import Catalog, Family, Prior, load_catalog
 
 PLAN_HEADER = "# ksearch-plan: "
 _HEADER_RE = re.compile(r"^# ksearch-plan: (\{.*\})\s*$", re.MULTILINE)
@@ -209,11 +209,13 @@ class OfflineModel:
                     if n.get("parent_id") == parent["node_id"]]
         taken = {json.dumps(p.get("set", {}), sort_keys=True) for p in existing}
         # A tactic already taken on the way here is not proposed again, even if a later knob move undid it.
-        on_path, cur = set(), parent
+        on_path: set[str | None] = set()
+        cur: dict[str, Any] | None = parent
         while cur is not None:
             on_path.add((cur.get("action") or {}).get("params", {}).get("tactic"))
             cur = nodes.get(cur.get("parent_id") or "")
-        candidates = []
+        # (priority, title, rationale, knob change, the catalog's prior, tactic name): knob moves have neither
+        candidates: list[tuple[float, str, str, dict[str, Any], Prior | None, str | None]] = []
         for t in fam.tactics:
             change = {k: v for k, v in t.settings.items() if knobs.get(k) != v}
             if change and t.name not in on_path:

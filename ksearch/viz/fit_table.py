@@ -57,9 +57,9 @@ def needed_width(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]]
 
 
 def _fits(table: Table, width: int) -> bool:
-    probe = Console(file=io.StringIO(), width=width, soft_wrap=True)
-    probe.print(table)
-    return all(len(line) <= width for line in probe.file.getvalue().splitlines())
+    out = io.StringIO()
+    Console(file=out, width=width, soft_wrap=True).print(table)
+    return all(len(line) <= width for line in out.getvalue().splitlines())
 
 
 def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]], width: int, *,

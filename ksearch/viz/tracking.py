@@ -138,7 +138,7 @@ class MlflowTracker(Tracker):
         self.mlflow.end_run(status={"finished": "FINISHED", "killed": "KILLED"}.get(status, "FAILED"))
 
 
-_BACKENDS: dict[str, type[Tracker]] = {"wandb": WandbTracker, "mlflow": MlflowTracker}
+_BACKENDS: dict[str, type[WandbTracker] | type[MlflowTracker]] = {"wandb": WandbTracker, "mlflow": MlflowTracker}
 
 
 _PACKAGES = {"wandb": ("wandb", "wandb"), "mlflow": ("mlflow", "mlflow")}   # logger -> (module, pip name)

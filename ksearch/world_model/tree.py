@@ -50,7 +50,7 @@ class WorldModel:
     """Tree of plan nodes. Reads are free; writes go through `apply`, `attach_solution` and the counters."""
 
     def __init__(self, kernel_summary: str = "", open_questions: Iterable[str] = ()):
-        self.graph = nx.DiGraph()
+        self.graph: nx.DiGraph[str] = nx.DiGraph()
         self.kernel_summary = kernel_summary
         self.open_questions = list(open_questions)
         self.active_leaf_id = ROOT_ID
@@ -125,13 +125,12 @@ class WorldModel:
         return [n for n in self.nodes() if n.is_closed]
 
     def best_closed(self) -> Node | None:
-        scored = [n for n in self.closed_nodes() if n.solution and n.solution.score is not None]
-        if not scored:
-            return None
-        return max(scored, key=lambda n: (n.solution.score, n.node_id))
+        scored = [(n.solution.score, n.node_id, n) for n in self.closed_nodes()
+                  if n.solution is not None and n.solution.score is not None]
+        return max(scored, key=lambda s: s[:2])[2] if scored else None
 
     def solution_ids(self) -> dict[str, str]:
-        return {n.node_id: n.solution.solution_id for n in self.closed_nodes()}
+        return {n.node_id: n.solution.solution_id for n in self.nodes() if n.solution is not None}
 
     # ---- system-owned writes -------------------------------------------------------------------
     def attach_solution(self, node_id: str, solution: AttachedSolution) -> None:

@@ -85,6 +85,15 @@ def test_the_candidate_cannot_resize_the_shared_file():
         assert all(torch.isnan(t.float()).all() for t in shared.take_outputs())
 
 
+def test_a_descriptor_is_handed_over_once():
+    layout = exchange.plan(INPUTS, ORDER, OUTPUTS, ["out", "lse"])
+    with exchange.SharedCall(layout, INPUTS) as shared:
+        _mapped_through_a_socket(shared).close()
+        a, b = socket.socketpair()
+        with a, b, pytest.raises(exchange.ExchangeError, match="handed over already"):
+            shared.hand_over(a)
+
+
 def test_a_layout_refuses_what_cannot_be_shared():
     with pytest.raises(exchange.ExchangeError, match="complex"):
         exchange.plan({"x": torch.zeros(2, dtype=torch.complex64)}, ["x"], [], [])

@@ -78,7 +78,11 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:                      # annotations only: the candidate's process imports no more than it needs
+    from collections.abc import Sequence
+    from types import FrameType
 
 PREFIX = "ksearch-audit: refused"
 
@@ -126,7 +130,7 @@ _installed = False
 
 def install(scratch_dir: str | os.PathLike[str], candidate_prefixes: list[str] | tuple[str, ...] = (),
             writable: list[str] | tuple[str, ...] = (), fatal: bool = True,
-            hidden: list[str] | tuple[str, ...] = ()) -> None:
+            hidden: Sequence[str | os.PathLike[str]] = ()) -> None:
     """Install the hook for this process (once; a second call raises RuntimeError)."""
     install_policy(AuditPolicy(os.fspath(scratch_dir), tuple(candidate_prefixes), tuple(writable), fatal=fatal,
                                hidden=tuple(os.fspath(h) for h in hidden)))
@@ -336,7 +340,7 @@ def _make_hook(policy: AuditPolicy) -> tuple[Any, set[Any]]:  # one closure keep
 
     def caller_frames() -> Any:
         """The Python frames of the audited call, innermost first (everything below the hook's frame)."""
-        f = getframe(1)
+        f: FrameType | None = getframe(1)
         while f is not None and f.f_code is not hook_code[0]:
             f = f.f_back
         f = f.f_back if f is not None else None

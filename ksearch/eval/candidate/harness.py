@@ -119,7 +119,7 @@ def _without_reference(definition: Any) -> Any:
     import dataclasses
 
     if dataclasses.is_dataclass(definition):
-        return dataclasses.replace(definition, reference="")
+        return dataclasses.replace(definition, reference="")  # type: ignore[type-var]  # an instance, never a class
     return definition.model_copy(update={"reference": ""})
 
 
@@ -224,7 +224,7 @@ class _Server:
     def call(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
         """One call on the revealed inputs; its outputs into the judge's slots. The judge clocks this."""
         k = self.k
-        shared = self._map(fd, req["layout"])
+        shared = self._map(fd, req["layout"])     # type: ignore[arg-type]  # the judge sends every call its file
         pristine: list[Any] = []
         if "seed" in req:       # GPU: the inputs are generated here, from the seed revealed now
             src = k.task.make_inputs(req["workload"], device=k.device, seed=int(req["seed"]))
@@ -234,6 +234,7 @@ class _Server:
         else:
             args = shared.inputs
         k.last = None
+        problem: dict[str, Any] | None
         try:
             with self._no_grad():
                 raw = k.fn(*args)
@@ -334,7 +335,7 @@ class _Server:
     def window(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
         """Fresh values into the P sets, n calls as `mode`, the P last outputs into the slots. Clocked by the judge."""
         k = self.k
-        shared = self._map(fd, req["layout"])
+        shared = self._map(fd, req["layout"])     # type: ignore[arg-type]  # the judge sends every window its file
         try:
             self._reveal(k.pool, self._make, list(req["seeds"]))
             self._sync()        # written before any call reads them, whatever stream it launches on

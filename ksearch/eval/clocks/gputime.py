@@ -86,12 +86,13 @@ class KernelCounts:
 
     def missing_work(self, n: int) -> str:
         """Why the n-call graph cannot hold n calls' work, or "" when the counts agree (or are unknown)."""
-        if None in (self.call_graph, self.flush_graph, self.one_call):
+        call_graph, flush_graph, one_call = self.call_graph, self.flush_graph, self.one_call
+        if call_graph is None or flush_graph is None or one_call is None:
             return ""
-        per_flush = self.flush_graph / max(n, 1)
-        one = self.one_call - per_flush
-        calls = self.call_graph - self.flush_graph
-        if self.one_call > 0 and one <= 0:
+        per_flush = flush_graph / max(n, 1)
+        one = one_call - per_flush
+        calls = call_graph - flush_graph
+        if one_call > 0 and one <= 0:
             return "a captured call recorded no kernel (its work runs outside the graph, e.g. on a stream of its own)"
         if one > 0 and calls < n * one:
             return (f"the graph of {n} calls holds {calls:g} kernel launches where one call records {one:g}: "
@@ -362,12 +363,12 @@ def cupti_times(call: Callable[[int], Any], n_sets: int, n: int) -> list[float]:
     for e in events:
         if str(e.get("cat", "")).lower() != "kernel":
             continue
-        i = launch_iter.get(e.get("args", {}).get("correlation"))
-        if i is None:
+        iteration = launch_iter.get(e.get("args", {}).get("correlation"))
+        if iteration is None:
             continue
         s, d = float(e["ts"]), float(e.get("dur", 0.0))
-        lo, hi = spans.get(i, [s, s + d])
-        spans[i] = [min(lo, s), max(hi, s + d)]
+        lo, hi = spans.get(iteration, [s, s + d])
+        spans[iteration] = [min(lo, s), max(hi, s + d)]
     return [(hi - lo) / 1e3 for _, (lo, hi) in sorted(spans.items())]
 
 

@@ -14,7 +14,7 @@ a large FP8 `torch._scaled_mm`) or from the vendor's datasheet, and say which (`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 COMPUTE_DTYPES = ("bf16", "fp8", "fp32")
 
@@ -95,12 +95,12 @@ def limit_fraction(task: Any, workload: Any, latency_ms: float, peaks: Peaks) ->
     if latency_ms is None or latency_ms <= 0 or (t_mem == 0 and t_comp == 0):
         return None
     seconds = latency_ms * 1e-3
-    if t_mem >= t_comp:
-        achieved = traffic / seconds / 1e12
+    if t_mem >= t_comp:                 # t_mem > 0, so the traffic is known
+        achieved = cast(int, traffic) / seconds / 1e12
         return LimitFraction(achieved / peaks.copy_tbs, "memory", achieved, peaks.copy_tbs, "TB/s",
                              f"copy bandwidth ({peaks.source()})")
-    achieved = flops / seconds / 1e12
-    limit = peaks.peak_tflops(dtype)
+    achieved = cast(int, flops) / seconds / 1e12     # t_comp > 0, so the FLOPs and their dtype are known
+    limit = peaks.peak_tflops(cast(str, dtype))
     return LimitFraction(achieved / limit, "compute", achieved, limit, "TFLOP/s",
                          f"{dtype} tensor peak ({peaks.source(dtype)})")
 

@@ -390,7 +390,8 @@ class ForkServer:
         cid = next(self._ids)
         ours, theirs = socket.socketpair()
         read_fd, write_fd = os.pipe()
-        event, box = threading.Event(), []
+        event = threading.Event()
+        box: list[Any] = []
         with self._lock:
             self._pending[cid] = (event, box)
         try:
@@ -438,10 +439,11 @@ class ForkServer:
         if self._closed:
             return
         self._closed = True
-        if self.zygote_alive():
+        proc = self._proc
+        if proc is not None and self.zygote_alive():
             try:
                 self._send(("close", 0))
-                self._proc.wait(15)
+                proc.wait(15)
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self._kill_zygote()

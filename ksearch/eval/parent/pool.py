@@ -50,7 +50,7 @@ def serialize_ast_parse() -> None:
             return original(*args, **kw)
 
     parse._ksearch_serialized = True  # type: ignore[attr-defined]
-    ast.parse = parse  # type: ignore[assignment]
+    ast.parse = parse
 
 
 def slot_devices(device: str, slots: int, gpu_count: int) -> list[str]:
@@ -170,12 +170,12 @@ class RayPool:
             env = {"PYTHONPATH": os.pathsep.join([package_root] + ([os.environ["PYTHONPATH"]]
                                                                    if os.environ.get("PYTHONPATH") else []))}
             if rs.address:
-                ray.init(address=rs.address, runtime_env={"env_vars": env}, logging_level="WARNING",
-                         log_to_driver=False)
+                ray.init(address=rs.address, runtime_env={"env_vars": env},
+                         logging_level="WARNING", log_to_driver=False)  # type: ignore[arg-type]  # a level name works
             else:
                 ray.init(num_cpus=len(devices), num_gpus=sum(1 for d in devices if d.startswith("cuda")),
-                         include_dashboard=False, logging_level="WARNING", log_to_driver=False,
-                         runtime_env={"env_vars": env})
+                         include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env},
+                         logging_level="WARNING")  # type: ignore[arg-type]  # ray takes a level name too
                 self.started_cluster = True
         self._owns_ray = self.started_cluster
         remote = ray.remote(_EvaluatorActor)
@@ -188,7 +188,8 @@ class RayPool:
                 opts: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1 if on_gpu else 0, "max_concurrency": 1}
                 self._actors.append(remote.options(**opts).remote(task_name, tasks_root, asdict(s)))
             # wait until every actor is up (a broken environment shows here, not at the first candidate)
-            up = ray.get([a.worker_pids.remote() for a in self._actors], timeout=rs.startup_timeout_s)
+            up = ray.get([a.worker_pids.remote() for a in self._actors],  # type: ignore[attr-defined]  # an actor's method
+                         timeout=rs.startup_timeout_s)
             self.pids = {p for ps in up for p in ps}      # actor processes, for checks that none outlives us
         except BaseException:
             self.close()

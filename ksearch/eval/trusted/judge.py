@@ -46,6 +46,7 @@ import socket
 import statistics
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -226,7 +227,7 @@ class Judge:
             t0 = time.perf_counter()
             try:
                 c.child.conn.send(dict(req, shared=True))
-                shared.hand_over(c.sock)
+                shared.hand_over(c.sock)    # type: ignore[arg-type]  # start() opened it before any request
             except (EOFError, OSError, BrokenPipeError):
                 c.died = True
                 raise self._died(c) from None
@@ -379,7 +380,7 @@ class Judge:
         c.prev_outputs = outs
         return ms
 
-    def _bytes(self, specs: list[Any], w: Workload) -> int:
+    def _bytes(self, specs: Sequence[Any], w: Workload) -> int:
         axes = {**self.task.definition.const_axes(), **w.axes}
         total = 0
         for spec in specs:
@@ -545,7 +546,8 @@ class Judge:
         if why is None:
             return
         if not why:
-            judged = per_call_ms(self._probe.ms, n, costs.besides_calls(n, costs.flush_ms))
+            judged = per_call_ms(self._probe.ms, n,  # type: ignore[union-attr]  # set when _capture returns ""
+                                 costs.besides_calls(n, costs.flush_ms))
             need = self._calls(w, max(judged, 1e-4), GRAPH_TARGET_MS, costs, 1)
             if need > 1.5 * n:
                 n = need

@@ -43,7 +43,8 @@ def _die_with_parent(parent: int) -> None:
 def _flush_and_mark(token: str) -> None:
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
-            stream.flush()
+            if stream is not None:
+                stream.flush()
         except Exception:  # noqa: BLE001 - a closed stream must not stop the marker
             pass
     try:
