@@ -128,7 +128,7 @@ class Checked:
 
     def __post_init__(self) -> None:
         problems = []
-        for f in dataclasses.fields(self):      # type: ignore[arg-type]
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]  # every Checked is a dataclass
             check = f.metadata.get("check")
             value = getattr(self, f.name)
             why = check(value) if check is not None else None
@@ -253,7 +253,7 @@ def problems(cfg: Any) -> list[str]:
     for name in cfg:
         node = cfg[name]
         if isinstance(node, DictConfig) and isinstance(OmegaConf.get_type(node), type) \
-                and issubclass(OmegaConf.get_type(node), Checked):     # type: ignore[arg-type]
+                and issubclass(OmegaConf.get_type(node), Checked):  # type: ignore[arg-type]  # a type: just checked
             try:
                 OmegaConf.to_object(node)
             except SettingError as e:
@@ -312,4 +312,4 @@ def to_plain(cfg: Any) -> dict[str, Any]:
     """The config as plain data: choices as their strings."""
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]  # of a dict

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -121,7 +121,7 @@ def load_saved_config(run_dir: Path, overrides: list[str]) -> DictConfig:
         raise ConfigError(_not_a_value(e) or _first_line(e)) from None
     if cfg.task.get("dir"):
         add_task_dirs(cfg.task.dir)
-    return checked(cfg)  # type: ignore[arg-type]
+    return checked(cfg)  # type: ignore[arg-type]  # the composed root config is a DictConfig
 
 
 def check_device(cfg: DictConfig) -> str:
@@ -188,7 +188,7 @@ def recorded_settings(run_path: Path) -> DictConfig | None:
     for r in records:
         if isinstance(r, (R.RunStart, R.ConfigChange)) and r.config:
             cfg = r.config
-    return OmegaConf.merge(OmegaConf.structured(Config), cfg) if cfg else None  # type: ignore[return-value]
+    return OmegaConf.merge(OmegaConf.structured(Config), cfg) if cfg else None  # type: ignore[return-value]  # dicts
 
 
 def check_llm_credentials(cfg: DictConfig) -> None:
@@ -215,7 +215,8 @@ def check_llm_credentials(cfg: DictConfig) -> None:
 
 
 def _model_settings(cfg: DictConfig) -> dict[str, Any]:
-    llm = OmegaConf.to_container(cfg.llm, enum_to_str=True) if isinstance(cfg.llm, DictConfig) else dict(cfg.llm)
+    llm = cast("dict[str, Any]", OmegaConf.to_container(cfg.llm, enum_to_str=True)) \
+        if isinstance(cfg.llm, DictConfig) else dict(cfg.llm)
     return {k: v for k, v in llm.items() if k not in ("kind", "replay_measurements")}
 
 
@@ -254,7 +255,7 @@ def preflight(cfg: DictConfig) -> None:
                           "or drop search.language")
     if cfg.eval.pool == "ray":
         try:
-            import ray  # noqa: F401
+            import ray  # noqa: F401 - only whether it is installed
         except ImportError:
             raise ConfigError("eval.pool=ray needs Ray: pip install 'ksearch[ray]' (or eval.pool=local)") from None
     check_llm_credentials(cfg)
@@ -270,7 +271,7 @@ def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: A
     from ksearch.store.replay import RecordedEvaluator
     from ksearch.task import load_task
 
-    c: Config = cfg  # type: ignore[assignment]
+    c: Config = cfg  # type: ignore[assignment]  # a structured DictConfig reads as its dataclass
     task = load_task(c.task.name)
     device, set_name, workloads, settings = resolve_eval(cfg, task)
     run = RunDir(run_path)

@@ -150,7 +150,8 @@ def _swept_overrides(overrides: list[str]) -> list[str]:
     from hydra.errors import HydraException
 
     try:
-        return [o.input_line for o in OverridesParser.create().parse_overrides(overrides) if o.is_sweep_override()]
+        return [str(o.input_line) for o in OverridesParser.create().parse_overrides(overrides)
+                if o.is_sweep_override()]                 # input_line: set on every parsed override
     except HydraException:
         return []       # compose_config reports the syntax error with its own hint
 
@@ -280,7 +281,7 @@ def _follow(run_path: Path, node_id: str | None, depth: int | None, statuses: se
                     raise
                 history = None      # created, but the journal has no records yet
             wm = history.world_model() if history else None
-            if wm is None:
+            if history is None or wm is None:
                 live.update(Text(f"waiting for {run_path} to build its world model ...", style="dim"))
             else:
                 ids = ShortIds.from_history(history)

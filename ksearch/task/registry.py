@@ -94,7 +94,7 @@ def _module_from_snapshot(module_name: str, snap: _snapshot.TaskSnapshot, stem: 
         raise ImportError(f"task {snap.name} has no {stem}.py")
     mod = ModuleType(module_name)
     mod.__file__ = str(path)
-    mod.__ksearch_task_digest__ = snap.digest  # type: ignore[attr-defined]
+    mod.__ksearch_task_digest__ = snap.digest  # type: ignore[attr-defined]  # our mark on the module
     sys.modules[module_name] = mod
     try:
         exec(compile(source, str(path), "exec"), mod.__dict__)

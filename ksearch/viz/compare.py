@@ -80,7 +80,7 @@ def compare_rows(histories: list[RunHistory], target: float | None) -> list[Comp
             run=_short(h.run_dir), task=h.task, model=h.model, policy=h.policy, seed=h.seed,
             best_score=h.best.score if h.best else None, rounds=h.rounds, evaluations=len(h.evaluations),
             cost_usd=h.usage.cost_usd, tokens=h.usage.total_tokens, wall_s=h.wall_s,
-            status=h.stop_reason if h.ended else "not finished",
+            status=h.stop_reason if h.stop_reason is not None else "not finished",
             time_to_target_s=(hit.t - h.started_at) if hit and h.started_at is not None else None,
             rounds_to_target=hit.round if hit else None, **_baseline_summary(h),
             workload_set=h.workload_set, device=h.device, path=str(h.run_dir)))
@@ -108,8 +108,8 @@ def baseline_note(rows: list[CompareRow]) -> str | None:
     for (task, _, _), group in groups.items():
         lo = min(group, key=lambda r: r.baseline_ms or 0.0)
         hi = max(group, key=lambda r: r.baseline_ms or 0.0)
-        if lo is hi or compare_scores(hi.baseline_ms, hi.baseline_spread or 0.0, lo.baseline_ms,
-                                      lo.baseline_spread or 0.0) == "tie":
+        lo_ms, hi_ms = lo.baseline_ms or 0.0, hi.baseline_ms or 0.0      # set on every grouped row
+        if lo is hi or compare_scores(hi_ms, hi.baseline_spread or 0.0, lo_ms, lo.baseline_spread or 0.0) == "tie":
             continue
         return (f"the baselines of {lo.run} and {hi.run} differ ({lo.baseline_ms:.4g} vs {hi.baseline_ms:.4g} ms, "
                 f"beyond their spread), so their scores do not compare; time their best kernels side by side: "

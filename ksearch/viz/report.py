@@ -195,7 +195,7 @@ def _narrative(h: RunHistory, wm: WorldModel | None, ids: ShortIds) -> str:
     for e in h.evaluations:
         statuses[e.report.status] = statuses.get(e.report.status, 0) + 1
     lines.append("\nEvaluation outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + ".")
-    lines.append("\nStop: " + (h.stop_reason if h.ended else "the run has not ended.") + "")
+    lines.append("\nStop: " + (h.stop_reason if h.stop_reason is not None else "the run has not ended."))
     if h.unknown_kinds:
         lines.append(f"\nThe journal also holds records this report does not interpret: {', '.join(h.unknown_kinds)}.")
     return "\n".join(lines)

@@ -76,7 +76,9 @@ def render_tree(wm: WorldModel, *, root_id: str | None = None, max_depth: int | 
         out.append("\n")
         if row is None:
             hidden = [rows[n] for n in folded]
-            out.append_text(_fold_line(prefix, hidden, width, rows[hidden[0].parent_id].short))
+            parent = hidden[0].parent_id
+            assert parent is not None               # only children are folded
+            out.append_text(_fold_line(prefix, hidden, width, rows[parent].short))
         else:
             out.append_text(_row_line(prefix, rows[row], width, context=context or
                                       (statuses is not None and rows[row].status not in statuses)))
@@ -182,10 +184,11 @@ def family_table(wm: WorldModel, ids: ShortIds | None = None, width: int | None 
     for fam in families(wm):
         sub = [wm.node(n) for n in nx.descendants(wm.graph, fam.node_id) | {fam.node_id}]
         scored = [n for n in sub if measured_score(n) is not None]
-        top = max(scored, key=measured_score) if scored else None
+        top = max(scored, key=lambda n: measured_score(n) or 0.0) if scored else None
+        sol = top.solution if top else None         # measured, so attached
         t.add_row(f"{ids.short(fam.node_id)} {node_title(fam)}",
-                  f"{top.solution.score:.4g}x" if top else "-",
-                  f"{top.solution.latency_ms:.4g}" if top and top.solution.latency_ms else "-",
+                  f"{sol.score:.4g}x" if sol else "-",
+                  f"{sol.latency_ms:.4g}" if sol and sol.latency_ms else "-",
                   ids.short(top.node_id) if top else "-", str(sum(1 for n in sub if n.is_closed)),
                   str(sum(n.attempts for n in sub)))
     if best is not None:

@@ -62,7 +62,7 @@ class WorldModel:
         if node.parent_id is not None:
             self.graph.add_edge(node.parent_id, node.node_id)
 
-    def __contains__(self, node_id: str) -> bool:
+    def __contains__(self, node_id: object) -> bool:
         return node_id in self.graph
 
     def node(self, node_id: str) -> Node:

@@ -139,10 +139,10 @@ def install(scratch_dir: str | os.PathLike[str], candidate_prefixes: list[str] |
 def preload_for_hook() -> None:
     """Import what the hook and the harness use later (the fork server's zygote calls it)."""
     import ctypes
-    import ctypes.util  # noqa: F401
-    import shutil  # noqa: F401
-    import sysconfig  # noqa: F401
-    import traceback  # noqa: F401
+    import ctypes.util  # noqa: F401 - imported before the hook, like the rest
+    import shutil  # noqa: F401 - imported before the hook
+    import sysconfig  # noqa: F401 - imported before the hook
+    import traceback  # noqa: F401 - imported before the hook
 
 
 def install_policy(policy: AuditPolicy) -> None:
@@ -178,7 +178,7 @@ def _wrap_unaudited(skipped: set[Any]) -> None:
 
     skipped.update({audited_fork_exec.__code__, audited_create_dynamic.__code__})
     _posixsubprocess.fork_exec = audited_fork_exec
-    subprocess._fork_exec = audited_fork_exec          # type: ignore[attr-defined]
+    subprocess._fork_exec = audited_fork_exec          # type: ignore[attr-defined]  # a private name
     _imp.create_dynamic = audited_create_dynamic
     try:
         import _posixshmem

@@ -140,7 +140,7 @@ def _setup(payload: dict[str, Any]) -> _Kernel:
     task.workloads_module                   # noqa: B018 - imported now, while files may still be read
     import faulthandler
 
-    from ksearch.instantiate import loader  # noqa: F401
+    from ksearch.instantiate import loader  # noqa: F401 - imported now, before the audit hook
     faulthandler.enable(all_threads=True)   # a segfault prints the Python stack to the captured stderr
     if payload.get("sandbox", True):
         from ksearch.eval.candidate import audit
@@ -201,7 +201,7 @@ class _Server:
                 send({"ok": True})
                 return
             try:
-                handler = ops.get(op)               # type: ignore[arg-type]
+                handler = ops.get(op)               # type: ignore[arg-type]  # None: no handler
                 reply = handler(req, fd) if handler else {"ok": False, "status": Status.RUNTIME_ERROR,
                                                           "message": f"unknown request {op!r}"}
             except BaseException as e:  # candidate code may raise anything
@@ -377,7 +377,7 @@ def main(conn: Any, payload: dict[str, Any]) -> None:
         k = _setup(payload)
         server = _Server(k, channel)
         serve, send = server.serve, channel.send
-    except BaseException as e:      # noqa: BLE001
+    except BaseException as e:      # noqa: BLE001 - any setup failure is reported to the judge
         channel.send({"ok": False, "status": Status.RUNTIME_ERROR,
                       "message": f"the candidate's sandbox did not start: {type(e).__name__}: {e}"[:1500],
                       "log": traceback.format_exc()[-6000:]})

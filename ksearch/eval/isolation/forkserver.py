@@ -816,10 +816,10 @@ def zygote_main(argv: list[str] | None = None) -> None:
 
 def _preload(config: dict[str, Any]) -> None:
     """Import what every child needs, without initialising CUDA (children do that after the fork)."""
-    import numpy  # noqa: F401
+    import numpy  # noqa: F401 - imported once here, before the fork
     import torch
     import triton
-    import triton.language  # noqa: F401
+    import triton.language  # noqa: F401 - imported once here, before the fork
 
     from ksearch.eval.candidate import audit
 

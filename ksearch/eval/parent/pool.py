@@ -49,7 +49,7 @@ def serialize_ast_parse() -> None:
         with _AST_LOCK:
             return original(*args, **kw)
 
-    parse._ksearch_serialized = True  # type: ignore[attr-defined]
+    parse._ksearch_serialized = True  # type: ignore[attr-defined]  # our mark: patched once
     ast.parse = parse
 
 
@@ -245,7 +245,7 @@ def build_pool(kind: str, task: Any, settings: Any, slots: int, *, ray_address: 
     devices = slot_devices(settings.device, slots, gpus)
     if kind == "ray":
         try:
-            import ray  # noqa: F401
+            import ray  # noqa: F401 - only whether it is installed
         except ImportError:
             raise ValueError("eval.pool=ray needs Ray: pip install 'ksearch[ray]' (or eval.pool=local)") from None
         return RayPool(task.name, str(Path(task.dir).parent), settings, devices, RaySettings(address=ray_address))

@@ -147,7 +147,7 @@ class SharedCall:
         self._outputs = [_view(self._mm, s) for s in layout.outputs]
         for slot, view in zip(layout.inputs, self._inputs):
             if slot.nbytes:
-                view.copy_(inputs[slot.name].detach().to("cpu"))     # type: ignore[index]
+                view.copy_(inputs[slot.name].detach().to("cpu"))  # type: ignore[index]  # input slots: inputs given
         for view in self._outputs:
             if view.numel():
                 _raw(view).fill_(UNWRITTEN)
