@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
 from ksearch import data_dir
 from ksearch.config import Config, register_configs
+
+if TYPE_CHECKING:
+    from ksearch.planner.search import SearchOutcome
 
 
 class ConfigError(ValueError):
@@ -220,7 +223,7 @@ def _model_settings(cfg: DictConfig) -> dict[str, Any]:
     return {k: v for k, v in llm.items() if k not in ("kind", "replay_measurements")}
 
 
-def execute(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None):
+def execute(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None) -> SearchOutcome:
     """Run (fresh) or resume the search described by `cfg` in `run_path`. Returns the SearchOutcome.
 
     One writer per run directory: the run's lock is taken before anything is written there (a second
@@ -261,7 +264,7 @@ def preflight(cfg: DictConfig) -> None:
     check_llm_credentials(cfg)
 
 
-def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None):
+def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None) -> SearchOutcome:
     from ksearch.eval.parent.pool import build_pool
     from ksearch.llm import build_model
     from ksearch.planner.search import Search, frozen_changes, settings_diff

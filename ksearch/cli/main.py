@@ -8,12 +8,20 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ksearch.viz.width import terminal_width
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from ksearch.cli.sweep import Sweep
+    from ksearch.planner.search import SearchOutcome
+    from ksearch.viz.tracking import Tee
 
 # One width rule for everything drawn (ksearch/viz/width.py); log lines are never wrapped.
 console = Console(width=terminal_width(), soft_wrap=True)
@@ -25,7 +33,7 @@ def print_error(message: object) -> None:
     errors.print(Text.assemble(("error: ", "bold red"), str(message)))
 
 
-def _print_outcome(outcome) -> None:
+def _print_outcome(outcome: SearchOutcome) -> None:
     from ksearch.store import load_history
     from ksearch.store.best_manifest import manifest_from_history
     from ksearch.store.short_ids import ShortIds
@@ -47,7 +55,7 @@ def _print_outcome(outcome) -> None:
     console.print(f"run written to {outcome.run_dir}", highlight=False)
 
 
-def _sinks(cfg, run_path: Path, group: str | None = None):
+def _sinks(cfg: DictConfig, run_path: Path, group: str | None = None) -> Tee:
     """The run's progress sink: the terminal display, plus the experiment tracker when `logger` picks one."""
     from ksearch.config import to_plain
     from ksearch.viz.progress import LiveProgress
@@ -58,7 +66,7 @@ def _sinks(cfg, run_path: Path, group: str | None = None):
     return tee(LiveProgress(console, live=cfg.run.live), tracker)
 
 
-def _execute(cfg, run_path: Path, *, fresh: bool) -> int:
+def _execute(cfg: DictConfig, run_path: Path, *, fresh: bool) -> int:
     """Run or resume; a SIGTERM or a full disk ends it with one line on stderr (see store.shutdown)."""
     from ksearch.store.shutdown import (
         EXIT_DISK_FULL,
@@ -83,7 +91,7 @@ def _execute(cfg, run_path: Path, *, fresh: bool) -> int:
         return EXIT_DISK_FULL
 
 
-def _execute_and_print(cfg, run_path: Path, *, fresh: bool) -> int:
+def _execute_and_print(cfg: DictConfig, run_path: Path, *, fresh: bool) -> int:
     from ksearch.cli.app import execute
 
     sink = _sinks(cfg, run_path)
@@ -164,10 +172,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     sweep = plan_sweep(args.overrides)
     console.print(f"sweep of {len(sweep.arms)} runs in {sweep.root}", highlight=False)
 
-    def make_progress(cfg, run_path: Path, group: str):
+    def make_progress(cfg: DictConfig, run_path: Path, group: str) -> Tee:
         return _sinks(cfg, run_path, group=group)
 
-    def compose(overrides: list[str]):
+    def compose(overrides: list[str]) -> DictConfig:
         from ksearch.cli.app import compose_config, preflight
 
         cfg = compose_config(overrides)
@@ -184,7 +192,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0 if not sweep.failed() else 1
 
 
-def _sweep_summary(sweep) -> None:
+def _sweep_summary(sweep: Sweep) -> None:
     """The arms side by side (the `compare` table), then every arm that did not finish, with its error."""
     from ksearch.store import load_history
     from ksearch.store.history import is_run_dir

@@ -7,6 +7,8 @@ be longer than a screen; `--node ID` shows any node, its subtree and everything 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import networkx as nx
 from rich.console import Console
 from rich.table import Table
@@ -85,7 +87,8 @@ def render_tree(wm: WorldModel, *, root_id: str | None = None, max_depth: int | 
     return out
 
 
-def _lines(wm: WorldModel, rows: dict[str, NodeRow], start: Node, kids, fold: int | None, base_depth: int):
+def _lines(wm: WorldModel, rows: dict[str, NodeRow], start: Node, kids: Callable[[str], list[Node]], fold: int | None,
+           base_depth: int) -> list[tuple[str, str | None, list[str], bool]]:
     """(guide prefix, node id or None for a fold line, nodes folded, context) in drawing order."""
     out: list[tuple[str, str | None, list[str], bool]] = [("", start.node_id, [], False)]
 
@@ -109,7 +112,7 @@ def _lines(wm: WorldModel, rows: dict[str, NodeRow], start: Node, kids, fold: in
     return out
 
 
-def _subtree(node_id: str, kids) -> list[str]:
+def _subtree(node_id: str, kids: Callable[[str], list[Node]]) -> list[str]:
     """`node_id` and everything below it that the filters and the depth limit let through."""
     return [node_id] + [d for c in kids(node_id) for d in _subtree(c.node_id, kids)]
 

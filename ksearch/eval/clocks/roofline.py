@@ -13,6 +13,7 @@ a large FP8 `torch._scaled_mm`) or from the vendor's datasheet, and say which (`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -143,7 +144,7 @@ def measure_peaks(device: str = "cuda", *, matmul_size: int = 8192, copy_bytes: 
         return None
     import statistics
 
-    def time_cuda(fn, warmup: int, iterations: int) -> float:
+    def time_cuda(fn: Callable[[], Any], warmup: int, iterations: int) -> float:
         """Median GPU ms per call from CUDA events around each eager call (calls here last >= 0.3 ms, so
         launch gaps do not enter). Not the evaluator's graph clock: a 1 GiB copy timed that way gave 2.72
         TB/s on the H200 where an independent eager copy gave 4.22 (issue 20; scripts/peaks_check.py)."""
@@ -176,7 +177,7 @@ def measure_peaks(device: str = "cuda", *, matmul_size: int = 8192, copy_bytes: 
         mm_flops = 2 * n ** 3
         tflops, sources = dict(sheet.tflops), {k: "datasheet" for k in sheet.tflops}
 
-        def rate(fn) -> float:
+        def rate(fn: Callable[[], Any]) -> float:
             return mm_flops / (time_cuda(fn, warmup=3, iterations=10) * 1e-3) / 1e12
 
         a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
