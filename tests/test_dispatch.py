@@ -23,7 +23,7 @@ from ksearch.store import Journal, RunDir
 from ksearch.task import load_task
 from ksearch.task.catalog import load_catalog
 from ksearch.task.regions import scheme_of
-from tests.test_search import TASK, ScriptedEvaluator
+from tests.fakes import TASK, ScriptedEvaluator
 
 _task = load_task(TASK)
 _catalog = load_catalog(_task.strategies_dir, TASK)

@@ -18,7 +18,7 @@ import pytest
 from ksearch.cli.app import compose_config, execute
 from ksearch.store import read_journal
 from tests.fake_llm_server import FakeLLMServer, error
-from tests.test_search import ScriptedEvaluator, by_block
+from tests.fakes import ScriptedEvaluator, by_block
 
 KEY = "sk-test-search-SECRET-0123456789"
 ROUNDS = 4

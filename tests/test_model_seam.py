@@ -13,7 +13,7 @@ from ksearch.llm.offline import OfflineModel
 from ksearch.planner.search import Search
 from ksearch.store import Journal, RunDir
 from ksearch.task import load_task
-from tests.test_search import ScriptedEvaluator, by_block
+from tests.fakes import ScriptedEvaluator, by_block
 
 TASK = "gqa_paged_decode_h32_kv4_d128_ps1"
 

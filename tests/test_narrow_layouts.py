@@ -21,14 +21,8 @@ from ksearch.viz.compare import CompareRow, compare_table
 from ksearch.viz.fit_table import Column, fit_table
 from ksearch.viz.node_rows import node_rows, speedup
 from ksearch.viz.tui import RunBrowser
-from tests.test_show_report_compare import recorded_run
 
 WIDTHS = (80, 120)
-
-
-@pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    return recorded_run(tmp_path_factory)
 
 
 def _render(renderable, width: int) -> list[str]:

@@ -11,14 +11,9 @@ import pytest
 import torch
 
 from tests.cli_subprocess import ROOT, cli_env, in_terminal, ksearch, one_line_error
-from tests.test_show_report_compare import recorded_run, write_synthetic_run
+from tests.fakes import write_synthetic_run
 
 TASK = "gqa_paged_decode_h32_kv4_d128_ps1"
-
-
-@pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    return recorded_run(tmp_path_factory)
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:

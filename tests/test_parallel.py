@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from ksearch.store import read_journal
-from tests.test_search import ScriptedEvaluator, by_block, make_search
+from tests.fakes import ScriptedEvaluator, by_block
+from tests.test_search import make_search
 
 
 class JitteryEvaluator(ScriptedEvaluator):

@@ -14,7 +14,7 @@ from ksearch.planner.search import Search
 from ksearch.planner.selection import POLICIES, random_pick
 from ksearch.store import Journal, RunDir
 from ksearch.task import load_task
-from tests.test_search import TASK, ScriptedEvaluator, by_block
+from tests.fakes import TASK, ScriptedEvaluator, by_block
 
 
 def _search(path: Path, seed: int, crash_at=None, max_rounds: int = 10):

@@ -1,6 +1,7 @@
 """`search.seed_solution` is never silent: its verdict is one line of the run's progress, passing or not."""
 
-from tests.test_search import by_block, make_search
+from tests.fakes import by_block
+from tests.test_search import make_search
 
 
 class Messages:

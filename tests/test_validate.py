@@ -24,7 +24,7 @@ from ksearch.planner.validation import recorded_before_validation, resolve_set
 from ksearch.store import Journal, RunDir
 from ksearch.task import list_tasks, load_task
 from ksearch.task.regions import Feature, RegionScheme, default_scheme, region_of, scheme_of
-from tests.test_search import TASK, ScriptedEvaluator, by_block
+from tests.fakes import TASK, ScriptedEvaluator, by_block
 
 GQA, MLA_D = "gqa_paged_decode_h32_kv4_d128_ps1", "mla_paged_decode_h16_ckv512_kpe64_ps1"
 MLA_P = "mla_paged_prefill_causal_h16_ckv512_kpe64_ps1"
