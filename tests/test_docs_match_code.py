@@ -1,4 +1,4 @@
-"""The documents a newcomer reads first say what the code does (issue 26, item 11)."""
+"""The documents a newcomer reads first say what the code does."""
 
 import re
 import tomllib

@@ -1,4 +1,4 @@
-"""Layouts at 80 and 120 columns (issue 26, items 4 and 10), read as text, no screenshots: names a user types
+"""Layouts at 80 and 120 columns, read as text, no screenshots: names a user types
 are never cut, TUI labels keep status and score, cut kernel lines are marked, and the
 predicted-vs-measured plot keeps its legend whole and its labels apart.
 """

@@ -1,4 +1,4 @@
-"""What a newcomer trips over (issue 26), tried as a user does: a fresh `ksearch` process, its stderr, its
+"""What a newcomer trips over, tried as a user does: a fresh `ksearch` process, its stderr, its
 exit code. Bad input is one line on stderr saying what to do, exit code 2, no traceback, nothing recorded
 lost and no half-made run folder; a run that died says so; nothing waits forever.
 """

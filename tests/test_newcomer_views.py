@@ -1,4 +1,4 @@
-"""What a newcomer reads after `ksearch run` (issue 26, items 1-3 and 9), checked where the user sees it:
+"""What a newcomer reads after `ksearch run`, checked where the user sees it:
 the CLI in a subprocess.
 
 - One best number: the tree, the families table, the summary, the report, the TUI and `export` give the
