@@ -47,14 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     for w in workloads:
         inputs = task.make_inputs(w, device="cuda", seed=w.input_seed(0))
         args_list = [inputs[n] for n in task.definition.input_names]
-        kernel_ms = triton.testing.do_bench_cudagraph(lambda: fn(*args_list), rep=args.rep)
+        kernel_ms = triton.testing.do_bench_cudagraph(
+            lambda: fn(*args_list), rep=args.rep)  # noqa: B023,F821 - run at once, before the del
         base = {}
         for name, factory in task.baselines().items():
             try:
                 call = factory(inputs)
                 call()
                 base[name] = triton.testing.do_bench_cudagraph(call, rep=args.rep)
-            except Exception as e:          # a variant that cannot run here is named, not fatal
+            except Exception as e:          # noqa: BLE001 - a variant that cannot run here is named, not fatal
                 print(f"{w.name}: baseline {name} failed: {type(e).__name__}: {e}")
         best = min(base.values())
         ratio = best / kernel_ms

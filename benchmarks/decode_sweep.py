@@ -374,7 +374,7 @@ def sweep_task(task_name: str, variants: list[Variant], checks: dict[str, dict[s
                     t0 = time.monotonic()
                     fn = loaded[v.name]
                     try:
-                        g, e, out = time_call(lambda: fn(*args), dry, graph=v.graph_safe)
+                        g, e, out = time_call(lambda: fn(*args), dry, graph=v.graph_safe)  # noqa: B023, F821 - called here, before the loop moves on
                         row = Row(v.name, shape_name, "ok", gpu_us=g, eager_us=e,
                                   note="" if v.graph_safe else "eager clock only (not graph safe)")
                         if fi_out is not None:

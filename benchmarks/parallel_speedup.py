@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ksearch.eval.report import BaselineTimes, EvalReport, WorkloadResult  # noqa: E402
-from ksearch.llm.offline import read_plan_header  # noqa: E402
+from ksearch.eval.report import BaselineTimes, EvalReport, WorkloadResult
+from ksearch.llm.offline import read_plan_header
 
 
 class TimedStandIn:
@@ -55,9 +55,9 @@ class TimedStandIn:
 
 
 def one(parallel: int, rounds: int, delay: float, root: Path) -> dict:
+    import ksearch.store.records as R
     from ksearch.cli.app import compose_config, execute
     from ksearch.llm.base import ModelRequest
-    import ksearch.store.records as R
     from ksearch.store import read_records
     from tests.fake_llm_server import FakeLLMServer
 

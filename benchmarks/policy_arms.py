@@ -72,7 +72,7 @@ def table(curves: dict[str, list[list[float | None]]], points: list[int]) -> str
     lines = ["evaluations | " + " | ".join(f"{a:>10}" for a in curves)]
     for k in points:
         cells = []
-        for arm, runs in curves.items():
+        for runs in curves.values():
             vals = [c[min(k, len(c)) - 1] for c in runs if c and c[min(k, len(c)) - 1] is not None]
             cells.append(f"{statistics.median(vals):>9.4g}x" if vals else f"{'-':>10}")
         lines.append(f"{k:>11} | " + " | ".join(cells))

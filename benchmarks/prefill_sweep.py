@@ -33,9 +33,10 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 TASK = "mla_paged_prefill_causal_h16_ckv512_kpe64_ps1"
 BF16_PEAK_TFLOPS = 790.0
@@ -204,7 +205,7 @@ class Sweep:
                 call()
                 self.torch.cuda.synchronize()
                 self.baseline[name] = {"ms": self._time_ms(call)}
-            except Exception as e:          # no FlashInfer here: ratios stay empty, the sweep goes on
+            except Exception as e:          # noqa: BLE001 - no FlashInfer here: ratios stay empty, the sweep goes on
                 self.baseline[name] = {"error": f"{type(e).__name__}: {e}"[-500:]}
             self.log(f"flashinfer {name}: {self.baseline[name]}")
 
@@ -238,12 +239,12 @@ class Sweep:
                 run(*args)                   # compile + warm (counted in the variant's time)
                 if not self.dry:
                     self.torch.cuda.synchronize()
-                row = self._row(self.workloads[name], self._time_ms(lambda: run(*args)))
+                row = self._row(self.workloads[name], self._time_ms(lambda: run(*args)))  # noqa: B023 - run at once
                 base = self.baseline.get(name, {}).get("ms")
                 row["vs_flashinfer"] = base / row["ms"] if base and row["ms"] > 0 else None
                 v.results[name] = row
             v.status = "ok"
-        except Exception as e:              # compile errors, launch failures, out of memory: record, go on
+        except Exception as e:  # noqa: BLE001 - compile errors, launch failures, out of memory: record, go on
             v.status, v.error = "failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"[-1500:]
             self.poisoned = not self.dry and any(t in str(e) for t in STICKY_CUDA_ERRORS)
             if not self.dry and not self.poisoned:

@@ -108,7 +108,7 @@ def report(task_name: str, family: str, settings: list[dict[str, Any]]) -> list[
     for knobs in settings:
         try:
             launches = _capture(task, catalog.render(family, knobs), f"sm90_{family}")
-        except Exception as e:      # a setting that cannot render or run its host code is reported, not fatal
+        except Exception as e:  # noqa: BLE001 - a setting that cannot render or run its host code is reported
             rows.append({"knobs": knobs, "error": f"{type(e).__name__}: {e}"[-800:]})
             continue
         for fn, args, kw in launches:
@@ -116,7 +116,7 @@ def report(task_name: str, family: str, settings: list[dict[str, Any]]) -> list[
                                    "num_warps": kw.get("num_warps"), "num_stages": kw.get("num_stages")}
             try:
                 k = _compile(fn, args, kw)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - a launch that does not compile is reported, not fatal
                 row["error"] = f"{type(e).__name__}: {e}"[-800:]
                 rows.append(row)
                 continue

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum, auto
-from typing import Any, Callable, ClassVar, Optional
+from typing import Any, ClassVar
 
 from hydra.core.config_store import ConfigStore
 
 from ksearch.eval.report import Metric
 
 #: A value's problem in words ("must be a positive integer"), or None when it is fine.
-Check = Callable[[Any], Optional[str]]
+Check = Callable[[Any], str | None]
 
 
 class LLMKind(StrEnum):
@@ -127,7 +128,7 @@ class Checked:
 
     def __post_init__(self) -> None:
         problems = []
-        for f in dataclasses.fields(self):      # type: ignore[arg-type]
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]  # every Checked is a dataclass
             check = f.metadata.get("check")
             value = getattr(self, f.name)
             why = check(value) if check is not None else None
@@ -147,8 +148,8 @@ class TaskConfig(Checked):
     GROUP: ClassVar[str] = "task"
 
     name: str = setting("gqa_paged_decode_h32_kv4_d128_ps1", text())
-    dataset_dir: Optional[str] = None     # a local FlashInfer-Trace copy: its workloads replace the synthesised ones
-    dir: Optional[str] = None             # a folder of task folders of your own (searched before the bundled ones)
+    dataset_dir: str | None = None     # a local FlashInfer-Trace copy: its workloads replace the synthesised ones
+    dir: str | None = None             # a folder of task folders of your own (searched before the bundled ones)
 
 
 @dataclass
@@ -156,21 +157,21 @@ class LLMConfig(Checked):
     GROUP: ClassVar[str] = "llm"
 
     kind: LLMKind = LLMKind.offline
-    model: Optional[str] = setting(None, text(optional=True))       # litellm model name, e.g. openai/gpt-5.2
-    temperature: Optional[float] = setting(None, number(0, 2, optional=True))
-    max_tokens: Optional[int] = setting(None, integer(1, optional=True))
+    model: str | None = setting(None, text(optional=True))       # litellm model name, e.g. openai/gpt-5.2
+    temperature: float | None = setting(None, number(0, 2, optional=True))
+    max_tokens: int | None = setting(None, integer(1, optional=True))
     timeout_s: float = setting(600.0, number(above=0))
     max_retries: int = setting(4, integer(0))
-    api_base: Optional[str] = setting(None, text(optional=True))    # an OpenAI-compatible server, e.g. a local vLLM
-    reasoning_effort: Optional[ReasoningEffort] = None              # for models that reason
+    api_base: str | None = setting(None, text(optional=True))    # an OpenAI-compatible server, e.g. a local vLLM
+    reasoning_effort: ReasoningEffort | None = None              # for models that reason
     edit_retries: int = setting(3, integer(0))                      # re-asks when an edit script is invalid
     #: budgets: the run ends cleanly once this much is spent, or this many requests were made (replayed
     #: ones are free)
-    max_cost_usd: Optional[float] = setting(None, number(above=0, optional=True))
-    max_requests: Optional[int] = setting(None, integer(1, optional=True))
-    replay: Optional[str] = None          # RUN_DIR: answer every request from that run's recorded replies
+    max_cost_usd: float | None = setting(None, number(above=0, optional=True))
+    max_requests: int | None = setting(None, integer(1, optional=True))
+    replay: str | None = None          # RUN_DIR: answer every request from that run's recorded replies
     replay_measurements: bool = True      # with replay: also take that run's measurements (exact re-run)
-    cache_dir: Optional[str] = setting(None, text(optional=True))   # shared response cache (default: the run's own)
+    cache_dir: str | None = setting(None, text(optional=True))   # shared response cache (default: the run's own)
 
     def also(self) -> list[str]:
         if self.kind == LLMKind.litellm and not self.model and not self.replay:
@@ -191,7 +192,7 @@ class SearchConfig(Checked):
     improvement_margin: float = setting(0.01, number(0, 1))  # relative gain that counts as an improvement
     explore_weight: float = setting(0.35, number(0))        # bonus for little-tried kernel families (0 = greedy)
     #: a kernel file (or FlashInfer-Bench Solution JSON) to evaluate first, attached to the root
-    seed_solution: Optional[str] = None
+    seed_solution: str | None = None
     policy: Policy = Policy.learned
     language: Language = Language.triton  # what code requests ask for (either is accepted)
     parallel: int = setting(1, integer(1))                  # action cycles in flight at once, on different nodes
@@ -218,15 +219,15 @@ class EvalConfig(Checked):
     remeasure_near_ties: bool = True      # re-measure a candidate within noise of the best, interleaved
     metric: Metric = Metric.gpu_time      # the score's clock on a GPU (a CPU has only call latency)
     pool: PoolKind = PoolKind.local
-    ray_address: Optional[str] = setting(None, text(optional=True))  # pool=ray: the cluster to join (None: start one)
-    validate: Optional[str] = setting("auto", text(optional=True))   # held-out set to confirm the best on (None: skip)
+    ray_address: str | None = setting(None, text(optional=True))  # pool=ray: the cluster to join (None: start one)
+    validate: str | None = setting("auto", text(optional=True))   # held-out set to confirm the best on (None: skip)
 
 
 @dataclass
 class RunConfig(Checked):
     GROUP: ClassVar[str] = "run"
 
-    dir: Optional[str] = setting(None, text(optional=True))  # default runs/<task>/<timestamp>
+    dir: str | None = setting(None, text(optional=True))  # default runs/<task>/<timestamp>
     seed: int = setting(0, integer(0))                      # input synthesis seed
     live: bool = True                     # live progress display
 
@@ -238,7 +239,7 @@ class MemoryConfig(Checked):
     enabled: bool = True                  # memory=off: neither read nor write the knowledge store
     write: bool = True                    # false: start from the store but add nothing (arms compared on equal footing)
     # the store's SQLite file (default: $XDG_CACHE_HOME/ksearch/knowledge.sqlite)
-    path: Optional[str] = setting(None, text(optional=True))
+    path: str | None = setting(None, text(optional=True))
 
 
 @dataclass
@@ -263,7 +264,7 @@ def problems(cfg: Any) -> list[str]:
     for name in cfg:
         node = cfg[name]
         if isinstance(node, DictConfig) and isinstance(OmegaConf.get_type(node), type) \
-                and issubclass(OmegaConf.get_type(node), Checked):     # type: ignore[arg-type]
+                and issubclass(OmegaConf.get_type(node), Checked):  # type: ignore[arg-type]  # a type: just checked
             try:
                 OmegaConf.to_object(node)
             except SettingError as e:
@@ -291,6 +292,7 @@ def refusal(key: str, value: Any) -> str | None:
 
 
 def _field_type(key: str) -> type | None:
+    import types
     import typing
 
     cls: Any = Config
@@ -302,8 +304,8 @@ def _field_type(key: str) -> type | None:
             return None
         cls = hints[part]
         args = [a for a in typing.get_args(cls) if a is not type(None)]
-        if typing.get_origin(cls) is typing.Union and len(args) == 1:
-            cls = args[0]           # Optional[X]
+        if typing.get_origin(cls) in (typing.Union, types.UnionType) and len(args) == 1:
+            cls = args[0]           # X | None, or Optional[X]
     return cls if isinstance(cls, type) else None
 
 
@@ -321,4 +323,4 @@ def to_plain(cfg: Any) -> dict[str, Any]:
     """The config as plain data: choices as their strings."""
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]  # of a dict

@@ -8,8 +8,8 @@ every group option (the files under conf/ and the task folders) and suggest the 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 #: Config groups chosen with `group=option`; `task` options are the task folders.
 GROUPS = ("task", "llm", "search", "eval", "memory")
@@ -25,7 +25,7 @@ def known_keys() -> list[str]:
     from ksearch.config_validate import leaf_keys
 
     plain = OmegaConf.to_container(OmegaConf.structured(Config), resolve=True)
-    return sorted({*leaf_keys(plain), *EXTRA_KEYS})    # type: ignore[arg-type]
+    return sorted({*leaf_keys(plain), *EXTRA_KEYS})    # type: ignore[arg-type]  # a structured config: a dict
 
 
 def group_options(group: str, conf_dir: Path) -> list[str]:

@@ -8,8 +8,9 @@ built, and the answer changes with the machine a config is used on. Each problem
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ksearch.config import Check, shown
 

@@ -27,8 +27,9 @@ MATMUL_TOLERANCE = 0.10
 def independent(n: int = 8192, copy_bytes: int = 2 << 30) -> dict[str, float]:
     src = torch.randn(copy_bytes // 2, device="cuda", dtype=torch.bfloat16)
     dst = torch.empty_like(src)
-    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
-    graph_ms, _ = graph_gpu_ms(lambda _i: dst.copy_(src), 1, 20, 3)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src),  # noqa: F821 - run before the del
+                                 warmup=25, rep=200, return_mode="median")
+    graph_ms, _ = graph_gpu_ms(lambda _i: dst.copy_(src), 1, 20, 3)  # noqa: F821 - run before the del
     out = {"copy": 2 * copy_bytes / (ms * 1e-3) / 1e12,
            "copy_as_graph_clock": 2 * copy_bytes / (min(graph_ms) * 1e-3) / 1e12 if graph_ms else float("nan")}
     del src, dst

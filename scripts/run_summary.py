@@ -45,7 +45,7 @@ def summarize(run: Path) -> tuple[bool, str]:
             f" | feedback eval median {statistics.median(fb) if fb else float('nan'):.1f} s"
             f" | {len(validate_s)} validations, median {statistics.median(validate_s) if validate_s else float('nan'):.1f} s"
             f", cost vs the same kernel's feedback eval: "
-            f"{'max %.2fx' % max(ratios) if ratios else '-'}")
+            f"{f'max {max(ratios):.2f}x' if ratios else '-'}")
     return ok, line
 
 

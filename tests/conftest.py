@@ -41,3 +41,22 @@ atexit.register(shutil.rmtree, KNOWLEDGE_CACHE, True)
 def _empty_knowledge_store(monkeypatch):
     shutil.rmtree(os.path.join(KNOWLEDGE_CACHE, "ksearch"), ignore_errors=True)
     monkeypatch.setenv("XDG_CACHE_HOME", KNOWLEDGE_CACHE)
+
+
+@pytest.fixture(scope="session")
+def real_run(tmp_path_factory):
+    """A real tiny CPU search (4 rounds), made once per session and shared by the view tests; they only
+    read it or copy it."""
+    from ksearch.cli.main import main
+
+    path = tmp_path_factory.mktemp("runs") / "real"
+    assert main(["run", f"run.dir={path}", "search.max_rounds=4", "run.live=false"]) == 0
+    return path
+
+
+@pytest.fixture
+def toy_run(tmp_path):
+    """A hand-written run folder (tests.fakes.write_synthetic_run), for what a real run rarely produces."""
+    from tests.fakes import write_synthetic_run
+
+    return write_synthetic_run(tmp_path / "toy")

@@ -95,7 +95,7 @@ class FakeLLMServer:
         self._thread: threading.Thread | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------------
-    def start(self) -> "FakeLLMServer":
+    def start(self) -> FakeLLMServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -135,7 +135,7 @@ class FakeLLMServer:
             self._httpd.server_close()
             self._httpd = None
 
-    def __enter__(self) -> "FakeLLMServer":
+    def __enter__(self) -> FakeLLMServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -166,7 +166,7 @@ class FakeLLMServer:
         with self._lock:
             self.requests.append(rec)
             step = self.steps.pop(0) if self.steps else None
-        send = h._send  # type: ignore[attr-defined]
+        send = h._send  # type: ignore[attr-defined]  # a method of the handler class above
         if not h.path.rstrip("/").endswith("/chat/completions"):
             send(404, _error_body(f"unknown path {h.path}; the fake serves POST /v1/chat/completions", 404))
             return

@@ -13,8 +13,8 @@ import torch
 
 from ksearch.eval.trusted.rules import check_outputs
 from ksearch.instantiate.loader import load_entry_point
-from ksearch.task.catalog import load_catalog
 from ksearch.task import load_task
+from ksearch.task.catalog import load_catalog
 from ksearch.task.paged import paged_indices
 
 TASK = "gqa_paged_decode_h32_kv4_d128_ps1"

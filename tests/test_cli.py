@@ -39,8 +39,8 @@ def test_resume_of_a_non_run_says_so(tmp_path, capsys):
 
 
 def test_eval_judges_a_rendered_catalog_kernel(tmp_path, capsys):
-    from ksearch.task.catalog import load_catalog
     from ksearch.task import load_task
+    from ksearch.task.catalog import load_catalog
 
     task = load_task("gqa_paged_decode_h32_kv4_d128_ps1")
     src = load_catalog(task.strategies_dir, task.name).render("grouped_heads", {})

@@ -71,7 +71,8 @@ def test_the_defaults_break_no_rule():
     ("llm.kind=magic", "offline | litellm"),
     ("eval.device=tpu", "auto | cpu | cuda | cuda:N"),
     ("eval.metric=fastest", "eval.metric=fastest: must be one of gpu_time | call_latency"),
-    ("llm.reasoning_effort=huge", "minimal | low | medium | high"),
+    ("llm.reasoning_effort=huge", "llm.reasoning_effort=huge: must be one of minimal | low | medium | high"),
+    ("llm.max_tokens=lots", "llm.max_tokens=lots: must be an integer"),     # an optional setting: `int | None`
     ("search.max_rounds=many", "search.max_rounds=many: must be an integer"),
     ("run.live=maybe", "run.live=maybe: must be true or false"),
     ("eval.pool=slurm", "local | ray"),
@@ -229,8 +230,8 @@ def test_a_misspelt_override_is_named_with_the_nearest_setting(override, expecte
 
 
 def test_known_overrides_pass_the_hint_check():
-    from ksearch.config_hints import first_problem
     from ksearch.cli.app import conf_dir
+    from ksearch.config_hints import first_problem
 
     assert first_problem(["search.max_rounds=3", "llm=litellm", "task=gqa_paged_decode_h32_kv4_d128_ps1",
                           "fork.from=/x", "+search.extra=1", "eval.device=cpu,cuda", "hydra.verbose=true"],

@@ -10,8 +10,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from ksearch.instantiate import (CUDA, PYTHON, CodeExtractionError, SolutionLoadError, extract_code, extract_python,
-                                 language_of, load_entry_point)
+from ksearch.instantiate import (
+    CUDA,
+    PYTHON,
+    CodeExtractionError,
+    SolutionLoadError,
+    extract_code,
+    extract_python,
+    language_of,
+    load_entry_point,
+)
 from ksearch.instantiate import cuda as cu
 from ksearch.instantiate.language import fence_language
 

@@ -10,7 +10,7 @@ import pytest
 from ksearch import PROJECT_ROOT
 
 sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
-import decode_sweep  # noqa: E402
+import decode_sweep
 
 
 def test_dry_sweep_records_every_variant_and_shape(tmp_path, capsys):

@@ -234,7 +234,7 @@ def test_host_path_is_two_launches_and_two_allocations(task, cached, merge, monk
     assert kinds == (["direct"] if cached else ["jit"]) * 3 * launches
     # A direct launch passes every argument of the kernel, as the JIT launch did.
     jit_counts = {}
-    for kind, grid, n in log:
+    for _kind, grid, n in log:
         jit_counts.setdefault(grid, set()).add(n)
     assert all(len(v) == 1 for v in jit_counts.values())
     # Another shape gets its own plan and launchers.

@@ -10,19 +10,18 @@ import pytest
 from omegaconf import OmegaConf
 
 from ksearch.config import Config
+from ksearch.eval.parent.static_checks import StaticCheckConfig, check_source
 from ksearch.eval.report import EvalReport, WorkloadResult
 from ksearch.eval.trusted.rules import check_outputs
-from ksearch.eval.parent.static_checks import StaticCheckConfig, check_source
 from ksearch.instantiate.dispatch import DispatchError, Member, axis_sources, compose, namespace_module
 from ksearch.instantiate.loader import load_module_from_source
-from ksearch.task.catalog import load_catalog
 from ksearch.llm.offline import OfflineModel, read_plan_header
 from ksearch.planner.regions import RegionBoard
 from ksearch.planner.search import Search, Services, Target
-from ksearch.store import read_records
+from ksearch.store import Journal, RunDir, read_records
 from ksearch.store import records as R
-from ksearch.store import Journal, RunDir
 from ksearch.task import load_task
+from ksearch.task.catalog import load_catalog
 from ksearch.task.regions import scheme_of
 from tests.test_search import TASK, ScriptedEvaluator
 
@@ -166,7 +165,7 @@ def test_search_ends_with_a_dispatched_best_that_replays(tmp_path):
 
 
 def test_no_dispatch_without_validation(tmp_path):
-    out = _run(tmp_path / "r", RegionalEvaluator(None), validate="none")
+    _run(tmp_path / "r", RegionalEvaluator(None), validate="none")
     assert not R.of_kind(read_records(tmp_path / "r" / "journal.jsonl")[0], R.Dispatch)
     assert read_plan_header((tmp_path / "r" / "best" / "solution.py").read_text()) is not None
 

@@ -1,4 +1,4 @@
-"""The documents a newcomer reads first say what the code does (issue 26, item 11)."""
+"""The documents a newcomer reads first say what the code does."""
 
 import re
 import tomllib
@@ -23,6 +23,19 @@ def test_the_readme_line_that_runs_the_tests_installs_what_they_need():
     assert ".[dev]" in line.split("pytest")[0], line          # installed on the same line, before pytest runs
     dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
     assert any(d.startswith("pytest") for d in dev)
+
+
+def test_ci_runs_the_hygiene_gate_before_the_tests():
+    steps = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]
+    at = {cmd: next((i for i, s in enumerate(steps) if s.split()[:len(cmd.split())] == cmd.split()), None)
+          for cmd in ("ruff check", "mypy", "python -m pytest")}
+    assert None not in at.values(), at
+    assert at["ruff check"] < at["python -m pytest"] and at["mypy"] < at["python -m pytest"]
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    assert {"ruff", "mypy"} <= {re.split(r"[<>=!~\[ ]", d)[0] for d in dev}, "the dev extra installs the gate"
+    gate = next(line for line in README.splitlines() if line.startswith("ruff check"))
+    assert "mypy" in gate, "the README names the gate CI runs"
 
 
 def test_docs_point_only_inside_the_repository():

@@ -12,7 +12,7 @@ import time
 
 import networkx as nx
 
-from ksearch.world_model import (AttachedSolution, EditScriptError, WorldModel, parse_edit_script, parse_edit_text)
+from ksearch.world_model import AttachedSolution, EditScriptError, WorldModel, parse_edit_script, parse_edit_text
 
 SEEDS = range(6)
 CASES_PER_SEED = 150

@@ -5,9 +5,15 @@ Tricks and attacks live in tests/adversarial/; this file covers the ordinary pat
 
 import pytest
 
+from ksearch.eval.clocks.noise import (
+    compare_reports,
+    compare_scores,
+    near_tie,
+    noise_floor,
+    relative_spread,
+    score_spread,
+)
 from ksearch.eval.parent.evaluator import EvalSettings, Evaluator
-from ksearch.eval.clocks.noise import (compare_reports, compare_scores, near_tie, noise_floor, relative_spread,
-                                score_spread)
 from ksearch.eval.report import BaselineTimes, EvalReport, WorkloadResult, score_report
 from ksearch.task import load_task
 from tests.adversarial.kernels import GOOD

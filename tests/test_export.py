@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 from ksearch.cli.main import main
+from ksearch.instantiate.solution import Solution
+from ksearch.interop.flashinfer_bench import FibSolution, FibTrace, from_fib, solution_from_user_text, to_fib
 from ksearch.store import read_records
 from ksearch.store import records as R
-from ksearch.interop.flashinfer_bench import FibSolution, FibTrace, from_fib, solution_from_user_text, to_fib
-from ksearch.instantiate.solution import Solution
 from ksearch.task.catalog import load_catalog
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rmsnorm.json"

@@ -3,8 +3,8 @@
 import pytest
 
 from ksearch.eval.parent.evaluator import EvalSettings, Evaluator
-from ksearch.task.catalog import load_catalog
 from ksearch.task import list_tasks, load_task
+from ksearch.task.catalog import load_catalog
 
 pytestmark = pytest.mark.gpu
 

@@ -1,4 +1,4 @@
-"""Long evaluation steps say they are still running (issue 20: no step is silent for more than 30 s)."""
+"""Long evaluation steps say they are still running (no step is silent for more than 30 s)."""
 
 from __future__ import annotations
 

@@ -3,16 +3,9 @@
 import html
 import re
 
-import pytest
-
 from ksearch.cli.main import main
 from ksearch.store import load_history
-from tests.test_show_report_compare import recorded_run, write_synthetic_run
-
-
-@pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    return recorded_run(tmp_path_factory)
+from tests.fakes import write_synthetic_run
 
 
 def _external_references(page: str) -> list[str]:

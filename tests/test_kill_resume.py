@@ -84,6 +84,7 @@ def test_ten_kills_then_resume_match_an_uninterrupted_replay(tmp_path):
         assert node.parent_id is None or node.parent_id in tree
         if node.solution:
             assert (killed / "solutions" / f"{node.solution.solution_id}.json").is_file()
-    best = lambda run: json.loads((run / "best" / "report.json").read_text())
+    def best(run):
+        return json.loads((run / "best" / "report.json").read_text())
     assert best(killed)["solution_id"] == best(straight)["solution_id"]
     assert best(killed)["score"] == best(straight)["score"]

@@ -63,6 +63,7 @@ def test_kills_then_resume_of_a_parallel_run(tmp_path):
     assert owner_decisions(killed) == owner_decisions(straight)
     assert cycle_work(killed) == cycle_work(straight)
     assert len(recs) == len(read_records(straight / "journal.jsonl")[0])
-    best = lambda run: json.loads((run / "best" / "report.json").read_text())
+    def best(run):
+        return json.loads((run / "best" / "report.json").read_text())
     assert (best(killed)["solution_id"], best(killed)["score"]) == (best(straight)["solution_id"],
                                                                       best(straight)["score"])

@@ -10,7 +10,6 @@ Measurements come from a scripted evaluator (deterministic, instant), so prompts
 exactly across runs.
 """
 
-import json
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from ksearch.cli.app import compose_config, execute
 from ksearch.store import read_records
 from ksearch.store import records as R
 from tests.fake_llm_server import FakeLLMServer, error
-from tests.test_search import ScriptedEvaluator, by_block
+from tests.fakes import ScriptedEvaluator, by_block
 
 KEY = "sk-test-search-SECRET-0123456789"
 ROUNDS = 4

@@ -104,7 +104,7 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
         def complete(self, request):
             return ModelReply("text", "inner", Usage().to_dict())
 
-    import ksearch.store.atomic as atomic_mod        # the cache writes through the one atomic-write helper
+    import ksearch.store.atomic as atomic_mod  # the cache writes through the one atomic-write helper
 
     def boom(src, dst):
         raise OSError("disk full")

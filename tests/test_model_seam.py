@@ -10,11 +10,10 @@ from ksearch.llm import build_model
 from ksearch.llm.base import ModelReply, ModelRequest
 from ksearch.llm.offline import OfflineModel
 from ksearch.planner.search import Search, Services, Target
-from ksearch.store import read_records
+from ksearch.store import Journal, RunDir, read_records
 from ksearch.store import records as R
-from ksearch.store import Journal, RunDir
 from ksearch.task import load_task
-from tests.test_search import ScriptedEvaluator, by_block
+from tests.fakes import ScriptedEvaluator, by_block
 
 TASK = "gqa_paged_decode_h32_kv4_d128_ps1"
 

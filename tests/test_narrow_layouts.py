@@ -1,4 +1,4 @@
-"""Layouts at 80 and 120 columns (issue 26, items 4 and 10), read as text, no screenshots: names a user types
+"""Layouts at 80 and 120 columns, read as text, no screenshots: names a user types
 are never cut, TUI labels keep status and score, cut kernel lines are marked, and the
 predicted-vs-measured plot keeps its legend whole and its labels apart.
 """
@@ -15,20 +15,14 @@ from textual.widgets import Tree
 
 from ksearch.cli.main import main
 from ksearch.store import load_history
+from ksearch.store.best_manifest import manifest_from_history
+from ksearch.store.short_ids import ShortIds
 from ksearch.viz.compare import CompareRow, compare_table
 from ksearch.viz.fit_table import Column, fit_table
 from ksearch.viz.node_rows import node_rows, speedup
-from ksearch.store.best_manifest import manifest_from_history
-from ksearch.store.short_ids import ShortIds
 from ksearch.viz.tui import RunBrowser
-from tests.test_show_report_compare import recorded_run
 
 WIDTHS = (80, 120)
-
-
-@pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    return recorded_run(tmp_path_factory)
 
 
 def _render(renderable, width: int) -> list[str]:

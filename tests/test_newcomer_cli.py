@@ -1,4 +1,4 @@
-"""What a newcomer trips over (issue 26), tried as a user does: a fresh `ksearch` process, its stderr, its
+"""What a newcomer trips over, tried as a user does: a fresh `ksearch` process, its stderr, its
 exit code. Bad input is one line on stderr saying what to do, exit code 2, no traceback, nothing recorded
 lost and no half-made run folder; a run that died says so; nothing waits forever.
 """
@@ -11,14 +11,9 @@ import pytest
 import torch
 
 from tests.cli_subprocess import ROOT, cli_env, in_terminal, ksearch, one_line_error
-from tests.test_show_report_compare import recorded_run, write_synthetic_run
+from tests.fakes import write_synthetic_run
 
 TASK = "gqa_paged_decode_h32_kv4_d128_ps1"
-
-
-@pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    return recorded_run(tmp_path_factory)
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:

@@ -1,4 +1,4 @@
-"""What a newcomer reads after `ksearch run` (issue 26, items 1-3 and 9), checked where the user sees it:
+"""What a newcomer reads after `ksearch run`, checked where the user sees it:
 the CLI in a subprocess.
 
 - One best number: the tree, the families table, the summary, the report, the TUI and `export` give the
@@ -14,7 +14,6 @@ One real search (5 one-round cycles, about 20 s) is shared by the module; hand-w
 what a short run may not produce (a dispatch best, a re-measured best, differing baselines).
 """
 
-import asyncio
 import json
 import os
 import re
@@ -26,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.store.atomic import atomic_write
 from ksearch.store import load_history
+from ksearch.store.atomic import atomic_write
 from ksearch.store.best_manifest import BestKind, BestManifest, manifest_from_history, read_manifest
 from ksearch.store.short_ids import ShortIds
 

@@ -4,11 +4,11 @@ installed copy works from any directory (no checkout needed)."""
 import os
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
-import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 

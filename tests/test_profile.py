@@ -8,8 +8,20 @@ import pytest
 from ksearch.eval.report import EvalReport
 from ksearch.llm.base import ModelRequest
 from ksearch.llm.offline import OfflineModel, is_fused, read_plan_header
-from ksearch.profile import (CPU_REASON, Hint, KernelInfo, Launch, Profile, Role, WorkloadProfile, advise,
-                             hint_change, knob_role, read_profile, render_profile)
+from ksearch.profile import (
+    CPU_REASON,
+    Hint,
+    KernelInfo,
+    Launch,
+    Profile,
+    Role,
+    WorkloadProfile,
+    advise,
+    hint_change,
+    knob_role,
+    read_profile,
+    render_profile,
+)
 from ksearch.task import load_task
 from ksearch.task.catalog import load_catalog
 

@@ -10,12 +10,11 @@ from omegaconf import OmegaConf
 from ksearch.config import Config
 from ksearch.llm.offline import OfflineModel
 from ksearch.planner.search import Search, Services, Target
-from ksearch.store import read_records
-from ksearch.store import records as R
 from ksearch.planner.selection import POLICIES, random_pick
-from ksearch.store import Journal, RunDir
+from ksearch.store import Journal, RunDir, read_records
+from ksearch.store import records as R
 from ksearch.task import load_task
-from tests.test_search import TASK, ScriptedEvaluator, by_block
+from tests.fakes import TASK, ScriptedEvaluator, by_block
 
 
 def _search(path: Path, seed: int, crash_at=None, max_rounds: int = 10):

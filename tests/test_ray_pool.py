@@ -9,11 +9,10 @@ import subprocess
 import sys
 
 import pytest
+import ray  # a dev dependency: the README's test command covers the Ray pool
 
 from ksearch.store import read_records
 from ksearch.store import records as R
-
-import ray  # noqa: E402  (a dev dependency: the README's test command covers the Ray pool)
 
 
 def _alive(pid: int) -> bool:

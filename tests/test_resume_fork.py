@@ -14,7 +14,7 @@ from ksearch.store import Journal, JournalCorrupted, RunDir, read_records
 from ksearch.store import records as R
 from ksearch.store.fork import load_fork
 from ksearch.task import load_task
-from tests.test_search import TASK, ScriptedEvaluator, by_block
+from tests.fakes import TASK, FlakyModel, ScriptedEvaluator, by_block
 
 
 def _search(path: Path, fork=None, model=None, **over):
@@ -127,21 +127,6 @@ def test_torn_last_line_is_dropped_and_a_damaged_middle_is_an_error(tmp_path):
     path.write_bytes(b"\n".join(lines))
     with pytest.raises(JournalCorrupted, match="line 4"):
         read_records(path)
-
-
-class FlakyModel(OfflineModel):
-    """Fails its third request with a cost, like a provider that gave up after paid retries."""
-
-    def __init__(self, fail_at):
-        super().__init__(3)
-        self.fail_at, self.n = fail_at, 0
-
-    def complete(self, request):
-        self.n += 1
-        if self.n == self.fail_at:
-            from ksearch.llm.base import ModelError
-            raise ModelError("provider gave up", usage={"cost_usd": 0.25, "prompt_tokens": 100})
-        return super().complete(request)
 
 
 def test_a_model_failure_stops_the_run_keeps_its_cost_and_resume_continues(tmp_path):

@@ -7,8 +7,16 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from ksearch.eval.clocks.roofline import (H200_DATASHEET, LimitFraction, Peaks, compute_rate, datasheet_for,
-                                   limit_fraction, measure_peaks, physical_floor_ms)
+from ksearch.eval.clocks.roofline import (
+    H200_DATASHEET,
+    LimitFraction,
+    Peaks,
+    compute_rate,
+    datasheet_for,
+    limit_fraction,
+    measure_peaks,
+    physical_floor_ms,
+)
 from ksearch.task import Workload, load_task
 
 GQA = "gqa_paged_decode_h32_kv4_d128_ps1"

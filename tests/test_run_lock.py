@@ -16,6 +16,7 @@ from ksearch.cli.app import ConfigError, compose_config, execute
 from ksearch.store import read_records
 from ksearch.store import records as R
 from ksearch.store.lock import LOCK_NAME, RunLock, RunLocked, probe
+from tests.fakes import journal_lines
 
 CLI = [sys.executable, "-m", "ksearch.cli.main"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,11 +173,6 @@ def test_a_fresh_run_over_an_old_run_is_refused_without_touching_it(tmp_path):
 
 
 # ---- the CLI, end to end --------------------------------------------------------------------------------
-def _records(run: Path) -> int:
-    p = run / "journal.jsonl"
-    return p.read_bytes().count(b"\n") if p.exists() else 0
-
-
 def _wait(predicate, timeout: float, what: str) -> None:
     deadline = time.time() + timeout
     while not predicate():
@@ -195,7 +191,7 @@ def test_run_resume_and_show_on_one_run_directory(tmp_path):
     first = subprocess.Popen(CLI + ["run", f"run.dir={run}", rounds, "run.live=false"], env=ENV,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        _wait(lambda: _records(run) >= 2 or first.poll() is not None, 300, "the run to write its journal")
+        _wait(lambda: journal_lines(run) >= 2 or first.poll() is not None, 300, "the run to write its journal")
         assert first.poll() is None, first.stderr.read().decode()[-2000:]
         config = _snapshot(run)["config.yaml"]
 
@@ -257,7 +253,8 @@ def test_show_says_why_a_run_stopped_without_finishing(tmp_path):
     from ksearch.llm.base import ModelError
     from ksearch.store import load_history
     from ksearch.viz.tree_view import run_summary
-    from tests.test_resume_fork import FlakyModel, _run, _search
+    from tests.fakes import FlakyModel
+    from tests.test_resume_fork import _run, _search
 
     failed = tmp_path / "f"
     s, _, j = _search(failed, model=FlakyModel(2), search={"max_rounds": 3})

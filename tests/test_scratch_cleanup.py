@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ksearch.eval.parent.worker_handle import WorkerProcess
 from ksearch.eval.isolation.spawn import OWNED_PREFIX, new_scratch_root, remove_stale_scratch_roots
+from ksearch.eval.parent.worker_handle import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,54 +11,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from ksearch.config import Config
-from ksearch.eval.report import BaselineTimes, EvalReport, WorkloadResult
 from ksearch.llm.offline import OfflineModel, read_plan_header
 from ksearch.planner.search import Search, Services, Target
 from ksearch.store import Journal, RunDir, read_records
 from ksearch.store import records as R
 from ksearch.task import load_task
-
-TASK = "gqa_paged_decode_h32_kv4_d128_ps1"
-
-
-class ScriptedEvaluator:
-    """Scores a kernel by its plan header: deterministic, instant, no kernels run."""
-
-    def __init__(self, judge, crash_at=None):
-        self.judge, self.crash_at, self.calls = judge, crash_at, []
-
-    def measure_baselines(self, workloads):
-        return BaselineTimes("cpu", {"reference": {w.name: 1.0 for w in workloads}}, "scripted")
-
-    def evaluate(self, source, solution_id, workloads, baseline):
-        if self.crash_at is not None and len(self.calls) + 1 == self.crash_at:
-            raise KeyboardInterrupt("simulated kill")
-        self.calls.append(solution_id)
-        plan = read_plan_header(source)
-        status, score = self.judge(plan)
-        if status != "PASSED":
-            return EvalReport(solution_id, status, "cpu", [WorkloadResult(workloads[0].name, status, "scripted")])
-        r = EvalReport(solution_id, "PASSED", "cpu", [WorkloadResult(w.name, "PASSED", latency_ms=1 / score)
-                                                       for w in workloads])
-        r.score, r.score_name, r.baseline = score, "geomean_speedup", baseline.label
-        return r
-
-    def remeasure(self, entries, workloads, baseline):
-        self.remeasured = getattr(self, "remeasured", []) + [[sid for _, sid in entries]]
-        calls = list(self.calls)
-        try:
-            return [self.evaluate(src, sid, workloads, baseline) for src, sid in entries]
-        finally:
-            self.calls = calls
-
-
-def by_block(plan):
-    """Larger tiles are faster; grouped_heads is slower; one knob value always breaks."""
-    knobs = plan["knobs"]
-    if knobs.get("num_warps") == 2:
-        return "INCORRECT_NUMERICAL", None
-    base = 1.0 if plan["family"] == "split_kv" else 0.6
-    return "PASSED", base * (1 + knobs.get("BLOCK_N", 32) / 256)
+from tests.fakes import TASK, ScriptedEvaluator, by_block
 
 
 def make_search(tmp_path, judge, crash_at=None, evaluator=None, **search_over):
@@ -91,7 +49,9 @@ def test_search_uses_its_round_budget_and_returns_the_global_best(tmp_path):
 
 
 def test_cycle_ends_on_stagnation_and_is_capped(tmp_path):
-    flat = lambda plan: ("PASSED", 1.0)           # nothing ever improves within a cycle
+    def flat(plan):
+        return "PASSED", 1.0                    # nothing ever improves within a cycle
+
     s, ev, j = make_search(tmp_path, flat, max_rounds=6, stagnation_window=1, max_rounds_per_cycle=5)
     s.run()
     j.close()
@@ -104,7 +64,9 @@ def test_cycle_ends_on_stagnation_and_is_capped(tmp_path):
 
 
 def test_failed_cycles_are_counted_and_retire_the_node(tmp_path):
-    broken = lambda plan: ("RUNTIME_ERROR", None) if plan["family"] == "split_kv" else ("PASSED", 0.5)
+    def broken(plan):
+        return ("RUNTIME_ERROR", None) if plan["family"] == "split_kv" else ("PASSED", 0.5)
+
     s, ev, j = make_search(tmp_path, broken, max_rounds=10, max_failed_cycles=1, max_rounds_per_cycle=2)
     out = s.run()
     j.close()
@@ -116,7 +78,9 @@ def test_failed_cycles_are_counted_and_retire_the_node(tmp_path):
 def test_seed_is_eligible_as_best(tmp_path):
     seed = tmp_path / "seed.py"
     seed.write_text('# ksearch-plan: {"family": "split_kv", "knobs": {"BLOCK_N": 999}}\ndef run(*a):\n    pass\n')
-    judge = lambda plan: ("PASSED", 50.0) if plan["knobs"].get("BLOCK_N") == 999 else by_block(plan)
+    def judge(plan):
+        return ("PASSED", 50.0) if plan["knobs"].get("BLOCK_N") == 999 else by_block(plan)
+
     s, ev, j = make_search(tmp_path, judge, max_rounds=3, seed_solution=str(seed))
     out = s.run()
     j.close()

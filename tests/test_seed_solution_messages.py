@@ -1,6 +1,7 @@
 """`search.seed_solution` is never silent: its verdict is one line of the run's progress, passing or not."""
 
-from tests.test_search import by_block, make_search
+from tests.fakes import by_block
+from tests.test_search import make_search
 
 
 class Messages:
@@ -30,13 +31,17 @@ def _seeded(tmp_path, judge):
 
 
 def test_a_passing_seed_is_reported_with_its_score(tmp_path):
-    judge = lambda plan: ("PASSED", 50.0) if plan["knobs"].get("BLOCK_N") == 999 else by_block(plan)
+    def judge(plan):
+        return ("PASSED", 50.0) if plan["knobs"].get("BLOCK_N") == 999 else by_block(plan)
+
     seed, said = _seeded(tmp_path, judge)
     assert len(said) == 1 and said[0].startswith(f"seed solution {seed}: PASSED") and "50x" in said[0]
 
 
 def test_a_failing_seed_is_a_warning_that_says_it_is_not_used(tmp_path):
-    judge = lambda plan: ("RUNTIME_ERROR", None) if plan["knobs"].get("BLOCK_N") == 999 else by_block(plan)
+    def judge(plan):
+        return ("RUNTIME_ERROR", None) if plan["knobs"].get("BLOCK_N") == 999 else by_block(plan)
+
     seed, said = _seeded(tmp_path, judge)
     assert len(said) == 1 and said[0].startswith("warning: seed solution") and "RUNTIME_ERROR" in said[0]
     assert "not used" in said[0]

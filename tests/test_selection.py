@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from ksearch.planner.selection import (CALIBRATION_PRIOR_N, POLICIES, calibration, choose_next, explain, priority)
+from ksearch.planner.selection import CALIBRATION_PRIOR_N, POLICIES, calibration, choose_next, explain, priority
 from ksearch.world_model import AttachedSolution, WorldModel, parse_edit_script
 
 

@@ -17,7 +17,6 @@ from ksearch.store import records as R
 from ksearch.viz.speedups import prediction_points
 from ksearch.world_model import Action, AttachedSolution, Node
 
-
 _RECORDED: dict[str, Path] = {}
 
 

@@ -11,8 +11,8 @@ from ksearch.store import load_history, read_records
 from ksearch.store import records as R
 from ksearch.store.best_manifest import BestKind, manifest_from_history
 from ksearch.store.short_ids import ShortIds
-from ksearch.world_model.facts import families
 from ksearch.viz.tree_view import render_tree
+from ksearch.world_model.facts import families
 from tests.test_show_report_compare import recorded_run, write_synthetic_run
 
 _ID = re.compile(r"(?:^|[─━] )(n\d+) ")

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from ksearch.eval.parent.evaluator import EvalSettings
 from ksearch.eval.clocks.gputime import per_call_ms
+from ksearch.eval.parent.evaluator import EvalSettings
 from ksearch.eval.report import BaselineTimes, EvalReport, Metric, Status, TimingMethod, score_metric
 
 #: An evaluation as journals recorded it before the enums (plain strings everywhere).

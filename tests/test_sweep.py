@@ -8,8 +8,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from ksearch.cli.main import main
-from ksearch.config import Config
 from ksearch.cli.sweep import SweepError, parse_sweep, plan_sweep, run_sweep
+from ksearch.config import Config
 
 
 def test_values_are_split_by_hydras_grammar():

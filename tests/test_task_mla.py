@@ -13,8 +13,8 @@ import torch
 
 from ksearch.eval.trusted.rules import check_outputs
 from ksearch.instantiate.loader import load_entry_point
-from ksearch.task.catalog import load_catalog
 from ksearch.task import load_task
+from ksearch.task.catalog import load_catalog
 from ksearch.task.paged import paged_indices
 
 DECODE = "mla_paged_decode_h16_ckv512_kpe64_ps1"
@@ -73,10 +73,10 @@ def _decode64(inp):
     ptr, idx = inp["kv_indptr"].tolist(), inp["kv_indices"].long()
     outs, lses = [], []
     for b in range(len(ptr) - 1):
-        o, l = _attend64(inp["q_nope"][b], inp["q_pe"][b], idx[ptr[b]:ptr[b + 1]], inp["ckv_cache"],
-                         inp["kpe_cache"], inp["sm_scale"])
+        o, lse = _attend64(inp["q_nope"][b], inp["q_pe"][b], idx[ptr[b]:ptr[b + 1]], inp["ckv_cache"],
+                           inp["kpe_cache"], inp["sm_scale"])
         outs.append(o)
-        lses.append(l)
+        lses.append(lse)
     return torch.stack(outs), torch.stack(lses)
 
 

@@ -15,8 +15,8 @@ import torch
 from ksearch.eval.interpreter import prepare_interpreter
 from ksearch.eval.trusted.rules import check_outputs
 from ksearch.instantiate.loader import load_entry_point
-from ksearch.task.catalog import load_catalog
 from ksearch.task import load_task
+from ksearch.task.catalog import load_catalog
 
 TASK = "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048"
 

@@ -23,8 +23,8 @@ from ksearch.eval.parent.evaluator import EvalSettings, Evaluator
 from ksearch.eval.report import BaselineTimes
 from ksearch.eval.trusted.rules import check_outputs
 from ksearch.instantiate.loader import load_entry_point
-from ksearch.task.catalog import load_catalog
 from ksearch.task import Correctness, load_task
+from ksearch.task.catalog import load_catalog
 from ksearch.task.gpumode_timing import CheckFailed, geometric_mean, mean_and_errors, time_case
 
 TASK = "trimul_outgoing_h128"

@@ -9,7 +9,6 @@ import io
 import shutil
 from pathlib import Path
 
-import pytest
 from rich.console import Console
 from textual.widgets import Static, TabbedContent, Tree
 
@@ -17,12 +16,6 @@ from ksearch.cli.main import main
 from ksearch.store import load_history, read_records
 from ksearch.store import records as R
 from ksearch.viz.tui import RunBrowser
-from tests.test_show_report_compare import recorded_run, write_synthetic_run
-
-
-@pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    return recorded_run(tmp_path_factory)
 
 
 def pane_text(app: RunBrowser, name: str) -> str:
@@ -90,11 +83,6 @@ def test_diff_of_a_step_against_its_parent(toy_run):
         assert "-    return 1" in diff and "+    return 2" in diff
 
     drive(toy_run, script)
-
-
-@pytest.fixture
-def toy_run(tmp_path):
-    return write_synthetic_run(tmp_path / "toy")
 
 
 def test_filters_by_status_and_family(toy_run):

@@ -20,13 +20,12 @@ from ksearch.config import Config
 from ksearch.eval.report import EvalReport, WorkloadResult
 from ksearch.llm.offline import OfflineModel, read_plan_header
 from ksearch.planner.search import Search, Services, Target
-from ksearch.store import read_records
-from ksearch.store import records as R
 from ksearch.planner.validation import recorded_before_validation, resolve_set
-from ksearch.store import Journal, RunDir
+from ksearch.store import Journal, RunDir, read_records
+from ksearch.store import records as R
 from ksearch.task import list_tasks, load_task
 from ksearch.task.regions import Feature, RegionScheme, default_scheme, region_of, scheme_of
-from tests.test_search import TASK, ScriptedEvaluator, by_block
+from tests.fakes import TASK, ScriptedEvaluator, by_block
 
 GQA, MLA_D = "gqa_paged_decode_h32_kv4_d128_ps1", "mla_paged_decode_h16_ckv512_kpe64_ps1"
 MLA_P = "mla_paged_prefill_causal_h16_ckv512_kpe64_ps1"
@@ -84,7 +83,7 @@ def test_prefill_gpu_default_set_holds_long_prompts_a_chunk_and_small_shapes():
 def test_decode_validate_spans_batch_and_length_uniform_and_ragged(task_name):
     ws = load_task(task_name).workload_set("validate")
     batches = {w.axes["batch_size"] for w in ws}
-    lens = [l for w in ws for l in w.params["kv_lens"]]
+    lens = [n for w in ws for n in w.params["kv_lens"]]
     assert min(batches) == 1 and max(batches) == 256 and len(batches) >= 5
     assert min(lens) <= 64 and max(lens) == 65536
     ragged = [w for w in ws if len(set(w.params["kv_lens"])) > 1]
@@ -128,9 +127,9 @@ def test_cpu_decode_sets_hold_long_ragged_and_empty_sequences(task_name):
     task = load_task(task_name)
     for set_name in ("tiny", "validate_cpu"):
         lens = [w.params["kv_lens"] for w in task.workload_set(set_name)]
-        assert max(max(l) for l in lens) >= 300 > 2 * 128       # longer than any tile (BLOCK_N <= 128)
-        assert any(len(set(l)) > 2 for l in lens), "a ragged batch"
-        assert any(0 in l for l in lens), "an empty sequence (the definition allows kv_len 0)"
+        assert max(max(b) for b in lens) >= 300 > 2 * 128       # longer than any tile (BLOCK_N <= 128)
+        assert any(len(set(b)) > 2 for b in lens), "a ragged batch"
+        assert any(0 in b for b in lens), "an empty sequence (the definition allows kv_len 0)"
         for w in task.workload_set(set_name):               # the reference accepts every one of them
             out, lse = task.reference(**task.make_inputs(w, device="cpu", seed=0))
             empty = [i for i, n in enumerate(w.params["kv_lens"]) if n == 0]

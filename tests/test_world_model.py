@@ -5,8 +5,16 @@ import json
 import pytest
 
 from ksearch.planner.selection import choose_next, priority
-from ksearch.world_model import (AttachedSolution, EditScriptError, NoFallbackError, WorldModel, fallback_edit,
-                                 parse_edit_script, parse_edit_text, render_compact)
+from ksearch.world_model import (
+    AttachedSolution,
+    EditScriptError,
+    NoFallbackError,
+    WorldModel,
+    fallback_edit,
+    parse_edit_script,
+    parse_edit_text,
+    render_compact,
+)
 
 
 def _action(title, score=0.5, difficulty=2, **kw):

@@ -203,7 +203,7 @@ def check_llm_credentials(cfg: DictConfig) -> None:
         raise ConfigError(str(e)) from None
     try:
         env = litellm.validate_environment(model=llm.model)
-    except Exception:       # an unknown provider: the first request reports it with litellm's own words
+    except Exception:       # noqa: BLE001 - an unknown provider: the first request reports it with litellm's own words
         return
     missing = env.get("missing_keys") or [] if isinstance(env, dict) else []
     if missing:
@@ -213,10 +213,11 @@ def check_llm_credentials(cfg: DictConfig) -> None:
 
 def _model_settings(cfg: DictConfig) -> dict[str, Any]:
     llm = OmegaConf.to_container(cfg.llm, enum_to_str=True) if isinstance(cfg.llm, DictConfig) else dict(cfg.llm)
-    return {k: v for k, v in llm.items() if k not in ("kind", "replay_measurements")}
+    assert isinstance(llm, dict)        # a config group is a mapping
+    return {str(k): v for k, v in llm.items() if k not in ("kind", "replay_measurements")}
 
 
-def execute(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None):
+def execute(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None) -> Any:
     """Run (fresh) or resume the search described by `cfg` in `run_path`. Returns the SearchOutcome.
 
     One writer per run directory: the run's lock is taken before anything is written there (a second
@@ -282,14 +283,14 @@ def open_memory(cfg: DictConfig, task: Any) -> Any:
         raise ConfigError(f"memory: {e}; pass a writable memory.path=FILE, or memory=off") from None
 
 
-def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None):
+def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: Any = None) -> Any:
     from ksearch.eval.parent.pool import build_pool
     from ksearch.llm import build_model
     from ksearch.planner.search import Search, Services, Target, frozen_changes, settings_diff
     from ksearch.store import Journal, RunDir
+    from ksearch.store.atomic import atomic_write
     from ksearch.store.fork import ForkError, load_fork, seed_from_own_journal
     from ksearch.store.replay import RecordedEvaluator
-    from ksearch.store.atomic import atomic_write
     from ksearch.task import load_task
 
     c: Config = cfg  # type: ignore[assignment]

@@ -20,14 +20,15 @@ import argparse
 import json
 import math
 import platform
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from ksearch.eval.report import BaselineTimes, EvalReport, geomean
 from ksearch.eval.clocks.roofline import LimitFraction
+from ksearch.eval.report import BaselineTimes, EvalReport, geomean
 
 
 def _versions() -> dict[str, str]:
@@ -42,11 +43,11 @@ def _versions() -> dict[str, str]:
     try:
         import importlib.metadata as md
         out["flashinfer"] = md.version("flashinfer-python")
-    except Exception:
+    except Exception:  # noqa: BLE001 - a version note only: any failure means "look at the module"
         try:
-            import flashinfer  # noqa: F401
+            import flashinfer
             out["flashinfer"] = getattr(flashinfer, "__version__", "?")
-        except Exception:
+        except Exception:  # noqa: BLE001 - a broken install is reported as absent, never fatal
             out["flashinfer"] = "not installed"
     if torch.cuda.is_available():
         out["gpu"] = torch.cuda.get_device_name()
@@ -237,13 +238,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ksearch.cli.app import compose_config, resolve_eval
-    from ksearch.store.atomic import atomic_write
-    from ksearch.eval.parent.evaluator import Evaluator
     from ksearch.eval.clocks.roofline import compute_rate, limit_fraction, measure_peaks
+    from ksearch.eval.parent.evaluator import Evaluator
     from ksearch.instantiate import Solution
     from ksearch.interop.flashinfer_bench import solution_from_user_text
-    from ksearch.task.catalog import load_catalog
+    from ksearch.store.atomic import atomic_write
     from ksearch.task import load_task
+    from ksearch.task.catalog import load_catalog
 
     console = Console(width=200)
     cfg = compose_config(args.overrides)

@@ -9,12 +9,20 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ksearch.viz.width import terminal_width
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from ksearch.cli.sweep import Sweep
+    from ksearch.planner.search import SearchOutcome
+    from ksearch.viz.tracking import Tee
 
 # One width rule for everything drawn (ksearch/viz/width.py); log lines are never wrapped.
 console = Console(width=terminal_width(), soft_wrap=True)
@@ -26,7 +34,7 @@ def print_error(message: object) -> None:
     errors.print(Text.assemble(("error: ", "bold red"), str(message)))
 
 
-def _print_outcome(outcome) -> None:
+def _print_outcome(outcome: SearchOutcome) -> None:
     from ksearch.store import load_history
     from ksearch.store.best_manifest import manifest_from_history
     from ksearch.store.short_ids import ShortIds
@@ -48,7 +56,7 @@ def _print_outcome(outcome) -> None:
     console.print(f"run written to {outcome.run_dir}", highlight=False)
 
 
-def _sinks(cfg, run_path: Path, group: str | None = None):
+def _sinks(cfg: DictConfig, run_path: Path, group: str | None = None) -> Tee:
     """The run's progress sink: the terminal display, plus the experiment tracker when `logger` picks one."""
     from ksearch.config import to_plain
     from ksearch.viz.progress import LiveProgress
@@ -59,10 +67,17 @@ def _sinks(cfg, run_path: Path, group: str | None = None):
     return tee(LiveProgress(console, live=cfg.run.live), tracker)
 
 
-def _execute(cfg, run_path: Path, *, fresh: bool) -> int:
+def _execute(cfg: DictConfig, run_path: Path, *, fresh: bool) -> int:
     """Run or resume; a SIGTERM or a full disk ends it with one line on stderr (see store.shutdown)."""
-    from ksearch.store.shutdown import (EXIT_DISK_FULL, EXIT_TERMINATED, Terminated, disk_full_message,
-                                        is_disk_full, stop_on_sigterm, terminated_message)
+    from ksearch.store.shutdown import (
+        EXIT_DISK_FULL,
+        EXIT_TERMINATED,
+        Terminated,
+        disk_full_message,
+        is_disk_full,
+        stop_on_sigterm,
+        terminated_message,
+    )
 
     try:
         with stop_on_sigterm():
@@ -77,7 +92,7 @@ def _execute(cfg, run_path: Path, *, fresh: bool) -> int:
         return EXIT_DISK_FULL
 
 
-def _execute_and_print(cfg, run_path: Path, *, fresh: bool) -> int:
+def _execute_and_print(cfg: DictConfig, run_path: Path, *, fresh: bool) -> int:
     from ksearch.cli.app import execute
 
     sink = _sinks(cfg, run_path)
@@ -115,8 +130,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _sweep_ending_cleanly(args: argparse.Namespace) -> int:
     """A sweep under SIGTERM or on a full disk: the arm that was running says how to resume it; one line."""
-    from ksearch.store.shutdown import (EXIT_DISK_FULL, EXIT_TERMINATED, Terminated, disk_full_message,
-                                        is_disk_full, stop_on_sigterm, terminated_message)
+    from ksearch.store.shutdown import (
+        EXIT_DISK_FULL,
+        EXIT_TERMINATED,
+        Terminated,
+        disk_full_message,
+        is_disk_full,
+        stop_on_sigterm,
+        terminated_message,
+    )
 
     which = " (ARM_DIR: the interrupted arm, named above; sweep.json lists the arms)"
     try:
@@ -137,23 +159,24 @@ def _swept_overrides(overrides: list[str]) -> list[str]:
     from hydra.errors import HydraException
 
     try:
-        return [o.input_line for o in OverridesParser.create().parse_overrides(overrides) if o.is_sweep_override()]
+        return [str(o.input_line) for o in OverridesParser.create().parse_overrides(overrides)
+                if o.is_sweep_override()]                 # input_line: set on every parsed override
     except HydraException:
         return []       # compose_config reports the syntax error with its own hint
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ksearch.config import to_plain
     from ksearch.cli.sweep import plan_sweep, run_sweep
+    from ksearch.config import to_plain
     from ksearch.viz.tracking import check_logger
 
     sweep = plan_sweep(args.overrides)
     console.print(f"sweep of {len(sweep.arms)} runs in {sweep.root}", highlight=False)
 
-    def make_progress(cfg, run_path: Path, group: str):
+    def make_progress(cfg: DictConfig, run_path: Path, group: str) -> Tee:
         return _sinks(cfg, run_path, group=group)
 
-    def compose(overrides: list[str]):
+    def compose(overrides: list[str]) -> DictConfig:
         from ksearch.cli.app import compose_config, preflight
 
         cfg = compose_config(overrides)
@@ -170,7 +193,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0 if not sweep.failed() else 1
 
 
-def _sweep_summary(sweep) -> None:
+def _sweep_summary(sweep: Sweep) -> None:
     """The arms side by side (the `compare` table), then every arm that did not finish, with its error."""
     from ksearch.store import load_history
     from ksearch.store.history import is_run_dir
@@ -267,7 +290,7 @@ def _follow(run_path: Path, node_id: str | None, depth: int | None, statuses: se
                     raise
                 history = None      # created, but the journal has no records yet
             wm = history.world_model() if history else None
-            if wm is None:
+            if history is None or wm is None:
                 live.update(Text(f"waiting for {run_path} to build its world model ...", style="dim"))
             else:
                 ids = ShortIds.from_history(history)
@@ -314,8 +337,14 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ksearch.store import load_history
-    from ksearch.viz.compare import (baseline_note, compare_json, compare_rows, compare_table, default_target,
-                                     expand_run_dirs)
+    from ksearch.viz.compare import (
+        baseline_note,
+        compare_json,
+        compare_rows,
+        compare_table,
+        default_target,
+        expand_run_dirs,
+    )
 
     histories = [load_history(p) for p in expand_run_dirs(args.run_dirs)]
     target = args.target if args.target is not None else default_target(histories)
@@ -347,8 +376,8 @@ def _task_of_solution(overrides: list[str], task: str | None) -> list[str]:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from ksearch.cli.app import ConfigError, compose_config, resolve_eval
-    from ksearch.eval.parent.evaluator import Evaluator
     from ksearch.cli.solution_file import read_solution_file
+    from ksearch.eval.parent.evaluator import Evaluator
     from ksearch.task import load_task
 
     sol, own_task = read_solution_file(Path(args.solution))
@@ -458,7 +487,6 @@ def cmd_memory(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """Every subcommand in one tree. Options may come before, between or after the Hydra overrides."""
     from ksearch import __version__
-
     from ksearch.cli import bench
     p = argparse.ArgumentParser(prog="ksearch", description="World-model guided search for fast GPU kernels.")
     p.add_argument("--version", action="version", version=f"ksearch {__version__}")
@@ -523,7 +551,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(fn=cmd_export)
     m = sub.add_parser("memory", help="what runs remembered: `ksearch memory show|export|clear`")
     msub = m.add_subparsers(dest="memory_command", required=True, metavar="ACTION")
-    where = dict(default=None, help="the knowledge store (default: $XDG_CACHE_HOME/ksearch/knowledge.sqlite, "
+    where: dict[str, Any] = dict(default=None, help="the knowledge store (default: $XDG_CACHE_HOME/ksearch/knowledge.sqlite, "
                  "as memory.path= for runs)")
     ms = msub.add_parser("show", help="a table per task and GPU: runs, evaluations, best family, knobs and score")
     ms.add_argument("--task", default=None, help="only this task")
@@ -558,13 +586,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from ksearch.cli.app import ConfigError
+    from ksearch.cli.solution_file import SolutionFileError
+    from ksearch.cli.sweep import SweepError
     from ksearch.interop.export import ExportError
     from ksearch.knowledge.commands import MemoryCommandError
     from ksearch.knowledge.store import StoreError
     from ksearch.llm.base import ModelError
-    from ksearch.cli.solution_file import SolutionFileError
     from ksearch.store import JournalCorrupted, JournalDivergence
-    from ksearch.cli.sweep import SweepError
     from ksearch.task import UnknownTaskError
     from ksearch.task.catalog import CatalogError
     from ksearch.task.dataset import DatasetError

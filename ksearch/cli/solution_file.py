@@ -73,8 +73,8 @@ def _sibling_task(path: Path, code: str) -> str | None:
 
 def read_solution_file(path: Path, task: str = "") -> tuple[Solution, str | None]:
     """(the solution, the task it names or None). `task` labels a bare source file."""
-    from ksearch.interop.flashinfer_bench import solution_from_user_text as solution_from_text
     from ksearch.instantiate.extract import CodeExtractionError
+    from ksearch.interop.flashinfer_bench import solution_from_user_text as solution_from_text
 
     path = Path(path)
     text = _text(path)

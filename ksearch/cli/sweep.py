@@ -18,9 +18,10 @@ import itertools
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ksearch.store.shutdown import is_disk_full
 
@@ -90,7 +91,9 @@ def parse_sweep(overrides: list[str]) -> tuple[list[str], list[Axis], str | None
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as e:
         raise SweepError(f"{e}") from None
-    fixed, axes, root = [], [], None
+    fixed: list[str] = []
+    axes: list[Axis] = []
+    root = None
     for o in parsed:
         if o.key_or_group == "run.dir":
             if o.is_sweep_override():
@@ -98,7 +101,7 @@ def parse_sweep(overrides: list[str]) -> tuple[list[str], list[Axis], str | None
             root = o.value()
             continue
         if not o.is_sweep_override():
-            fixed.append(o.input_line)
+            fixed.append(str(o.input_line))         # set on every parsed override
             continue
         try:
             values = list(o.sweep_string_iterator())

@@ -13,6 +13,7 @@ This module is the one place the workarounds live; the evaluator calls `prepare_
 from __future__ import annotations
 
 import os
+from typing import Any
 
 _PATCHED = False
 
@@ -47,7 +48,7 @@ def patch_bf16_rounding() -> None:
     builder = interp.InterpreterBuilder
     cast_original, fp_to_fp_original = builder.cast_impl, builder.create_fp_to_fp
 
-    def narrowing(src, dst_type) -> bool:
+    def narrowing(src: Any, dst_type: Any) -> bool:
         return src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16
 
     def cast_impl(self, src, dst_type):

@@ -32,7 +32,7 @@ import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum, auto
-from typing import Any
+from typing import Any, cast
 
 
 class Status(StrEnum):
@@ -120,7 +120,7 @@ class WorkloadResult:
     unstable: bool = False                    # its two halves disagreed beyond the spread, twice
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> "WorkloadResult":
+    def from_json(d: dict[str, Any]) -> WorkloadResult:
         d = _known(WorkloadResult, d)
         if "status" in d:
             d["status"] = _recorded(Status, d["status"])
@@ -195,7 +195,7 @@ class EvalReport:
         return asdict(self)
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> "EvalReport":
+    def from_json(d: dict[str, Any]) -> EvalReport:
         d = _known(EvalReport, d)
         if "status" in d:
             d["status"] = _recorded(Status, d["status"])
@@ -256,7 +256,7 @@ class BaselineTimes:
         return asdict(self)
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> "BaselineTimes":
+    def from_json(d: dict[str, Any]) -> BaselineTimes:
         d = _known(BaselineTimes, d)
         if "metric" in d:
             d["metric"] = _recorded(Metric, d["metric"])
@@ -274,12 +274,13 @@ def score_report(report: EvalReport, baseline: BaselineTimes) -> EvalReport:
 
     if not report.passed:
         return report
-    lat = {w.workload: w.latency_ms for w in report.workloads}
-    interleaved = {n: t for n, t in report.baseline_ms.items() if all(w in t for w in lat)}
+    measured = {w.workload: w.latency_ms for w in report.workloads}
+    interleaved = {n: t for n, t in report.baseline_ms.items() if all(w in t for w in measured)}
     variants = interleaved or baseline.variants
     best = best_of(variants)
-    if not lat or not all(_is_time(v) for v in lat.values()) or not all(w in best for w in lat):
+    if not measured or not all(_is_time(v) for v in measured.values()) or not all(w in best for w in measured):
         return report
+    lat = cast("dict[str, float]", measured)       # every latency is a time (checked just above)
     report.speedups = {w: best[w] / lat[w] for w in lat}
     report.score = geomean(list(report.speedups.values()))
     report.score_name = "geomean_speedup"

@@ -127,7 +127,8 @@ class _FrameReader:
 
 
 def _tensor_spec(spec: dict[str, Any]) -> tuple[torch.dtype, list[int], int]:
-    dtype = DTYPES.get(spec.get("dtype")) if isinstance(spec.get("dtype"), str) else None
+    dtype_name = spec.get("dtype")
+    dtype = DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
     shape = spec.get("shape")
     if dtype is None or not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(
             type(s) is int and 0 <= s <= MAX_DIM for s in shape):

@@ -24,9 +24,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ksearch.instantiate.loader import SolutionLoadError
 
@@ -269,8 +270,9 @@ def compile_check(src: str, entry: str, nvcc: str, build_root: Path, arch: str =
     """Compile the .cu as load_inline would (object file only). Returns if it compiles; raises
     CudaBuildError with the compiler's errors if it does not, and CudaNotRunnable (compiled=None) when the
     compile failed only because this machine lacks GPU-host headers. Results are cached by source hash."""
-    from torch.utils.cpp_extension import include_paths
     import sysconfig
+
+    from torch.utils.cpp_extension import include_paths
 
     digest = source_digest(src, entry)
     name = f"ksearch_cuda_{digest}"
@@ -382,7 +384,7 @@ def load_cuda_entry_point(src: str, entry: str = "run", *, build_root: Path | No
             name=name, cpp_sources=[cpp], cuda_sources=[LINE_DIRECTIVE + src], functions=None,
             extra_cuda_cflags=[f"-gencode=arch=compute_{arch},code=sm_{arch}", "-O3", "-lineinfo"],
             build_directory=str(build_dir), verbose=verbose, with_cuda=True)
-    except Exception as e:          # ninja/nvcc output is in the message: hand it back, shortened
+    except Exception as e:          # noqa: BLE001 - ninja/nvcc output is in the message: hand it back, shortened
         raise CudaBuildError(f"the CUDA code does not build (sm_{arch}):\n"
                              f"{_tail(str(e).replace(str(build_dir) + os.sep, ''))}") from None
     fn = getattr(module, entry, None)

@@ -54,17 +54,17 @@ def _top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def _local_names(fn: ast.AST) -> set[str]:
+def _local_names(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
     """Names bound inside a function (parameters and stores), minus those declared global."""
     out: set[str] = set()
     declared_global: set[str] = set()
-    args = fn.args  # type: ignore[attr-defined]
+    args = fn.args
     for a in args.posonlyargs + args.args + args.kwonlyargs:
         out.add(a.arg)
-    for a in (args.vararg, args.kwarg):
-        if a is not None:
-            out.add(a.arg)
-    stack = list(fn.body) if isinstance(fn.body, list) else [fn.body]  # type: ignore[attr-defined]
+    for rest in (args.vararg, args.kwarg):
+        if rest is not None:
+            out.add(rest.arg)
+    stack: list[ast.AST] = list(fn.body) if isinstance(fn.body, list) else [fn.body]
     while stack:
         node = stack.pop()
         if isinstance(node, ast.Global):
@@ -158,21 +158,21 @@ class _Renamer(ast.NodeTransformer):
     visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension
 
 
-def _import_key(node: ast.stmt) -> list[tuple[str, str]]:
+def _import_key(node: ast.Import | ast.ImportFrom) -> list[tuple[str, str]]:
     """(bound name, what it binds) for each alias of an import statement."""
     out = []
-    for a in node.names:  # type: ignore[attr-defined]
+    for a in node.names:
         if isinstance(node, ast.Import):
             bound = a.asname or a.name.split(".")[0]
             what = a.name if a.asname else a.name.split(".")[0]
         else:
-            mod = "." * node.level + (node.module or "")  # type: ignore[attr-defined]
+            mod = "." * node.level + (node.module or "")
             bound, what = a.asname or a.name, f"{mod}:{a.name}"
         out.append((bound, what))
     return out
 
 
-def namespace_module(source: str, prefix: str) -> tuple[list[ast.stmt], list[ast.stmt]]:
+def namespace_module(source: str, prefix: str) -> tuple[list[ast.Import | ast.ImportFrom], list[ast.stmt]]:
     """(import statements, the renamed rest of the body) of one kernel module."""
     try:
         tree = ast.parse(source)
@@ -181,7 +181,8 @@ def namespace_module(source: str, prefix: str) -> tuple[list[ast.stmt], list[ast
     top = _top_level_names(tree)
     if "run" not in top:
         raise DispatchError("a member defines no top-level `run`")
-    imports, body = [], []
+    imports: list[ast.Import | ast.ImportFrom] = []
+    body: list[ast.stmt] = []
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             if isinstance(node, ast.ImportFrom) and node.module == "__future__":

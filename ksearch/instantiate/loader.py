@@ -7,9 +7,10 @@ import hashlib
 import importlib.util
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 
 class SolutionLoadError(RuntimeError):

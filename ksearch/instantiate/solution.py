@@ -55,7 +55,7 @@ class Solution:
         return h.hexdigest()[:16]
 
     @staticmethod
-    def from_code(definition: str, code: str, **kw: Any) -> "Solution":
+    def from_code(definition: str, code: str, **kw: Any) -> Solution:
         return Solution(definition=definition, sources=(SourceFile("main.py", code),), **kw)
 
     def to_json(self) -> dict[str, Any]:
@@ -64,14 +64,14 @@ class Solution:
         return d
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> "Solution":
+    def from_json(d: dict[str, Any]) -> Solution:
         d = {k: v for k, v in d.items() if k != "solution_id"}
         d["sources"] = tuple(SourceFile(**s) for s in d["sources"])
         d["target_hardware"] = tuple(d.get("target_hardware", ("cuda",)))
         return Solution(**d)
 
 
-def solution_from_text(definition: str, text: str, entry: str = "run", **meta: Any) -> "Solution":
+def solution_from_text(definition: str, text: str, entry: str = "run", **meta: Any) -> Solution:
     """A Solution from a model reply or kernel source: Python/Triton (main.py) or CUDA C++ (main.cu), by
     content. A file a user hands over may also be a FlashInfer-Bench document:
     ksearch.interop.flashinfer_bench.solution_from_user_text reads both."""

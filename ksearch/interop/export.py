@@ -15,10 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ksearch.store.atomic import atomic_write
 from ksearch.eval.report import Status
-from ksearch.interop.flashinfer_bench import (FibCorrectness, FibEvaluation, FibPerformance, FibTrace, FibWorkload, to_fib)
 from ksearch.instantiate.solution import Solution
+from ksearch.interop.flashinfer_bench import (
+    FibCorrectness,
+    FibEvaluation,
+    FibPerformance,
+    FibTrace,
+    FibWorkload,
+    to_fib,
+)
+from ksearch.store.atomic import atomic_write
 from ksearch.store.best_manifest import BestManifest, manifest_from_history
 
 

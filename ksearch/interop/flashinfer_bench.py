@@ -9,7 +9,7 @@ speedup_factor}}.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,14 +40,14 @@ class FibSolution(BaseModel):
 
 
 class FibCorrectness(BaseModel):
-    max_absolute_error: Optional[float] = None
-    max_relative_error: Optional[float] = None
+    max_absolute_error: float | None = None
+    max_relative_error: float | None = None
 
 
 class FibPerformance(BaseModel):
-    latency_ms: Optional[float] = None
-    reference_latency_ms: Optional[float] = None
-    speedup_factor: Optional[float] = None
+    latency_ms: float | None = None
+    reference_latency_ms: float | None = None
+    speedup_factor: float | None = None
 
 
 class FibEvaluation(BaseModel):
@@ -55,8 +55,8 @@ class FibEvaluation(BaseModel):
     log: str = ""
     environment: dict[str, Any] = Field(default_factory=dict)
     timestamp: str = ""
-    correctness: Optional[FibCorrectness] = None
-    performance: Optional[FibPerformance] = None
+    correctness: FibCorrectness | None = None
+    performance: FibPerformance | None = None
 
 
 class FibWorkload(BaseModel):
@@ -68,8 +68,8 @@ class FibWorkload(BaseModel):
 class FibTrace(BaseModel):
     definition: str
     workload: FibWorkload
-    solution: Optional[str] = None
-    evaluation: Optional[FibEvaluation] = None
+    solution: str | None = None
+    evaluation: FibEvaluation | None = None
 
 
 # ksearch names a solution's language by what the file is: triton for Python modules, cuda for C++.

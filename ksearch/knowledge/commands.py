@@ -9,9 +9,10 @@ from __future__ import annotations
 import csv
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ksearch.knowledge.recall import knobs_text
 from ksearch.knowledge.store import ALL_REGIONS, EvaluationRow, KnowledgeStore, default_path

@@ -13,8 +13,9 @@ For each catalog family, its start is a blend of the catalog author's prior and 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from ksearch.knowledge.recall import Recall, knobs_text
 

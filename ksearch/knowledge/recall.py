@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -101,10 +102,11 @@ def _families(rows: Sequence[EvaluationRow], keep_scores: bool) -> list[FamilyEv
                                        "best": None})
             acc["evaluations"] += len(frs)
             acc["runs"].update(r.run_id for r in frs)
-            scored = [r for r in frs if r.score is not None]
+            scored = [(r.score, r) for r in frs if r.score is not None]
             acc["passed"] += len(scored)
-            best = max(scored, key=lambda r: r.score) if scored else None     # first of equals: the oldest
-            rel = best.score / top if best is not None and top else 0.0
+            top_row = max(scored, key=lambda sr: sr[0]) if scored else None     # first of equals: the oldest
+            best = top_row[1] if top_row else None
+            rel = top_row[0] / top if top_row is not None and top else 0.0
             acc["relatives"].append(rel)
             if best is not None and (acc["best"] is None or rel > acc["best"][0]):
                 acc["best"] = (rel, best)
@@ -121,12 +123,12 @@ def _families(rows: Sequence[EvaluationRow], keep_scores: bool) -> list[FamilyEv
 
 
 def _regions(rows: Iterable[EvaluationRow]) -> list[RegionEvidence]:
-    best: dict[str, EvaluationRow] = {}
+    best: dict[str, tuple[float, EvaluationRow]] = {}
     for r in rows:
-        if r.region != ALL_REGIONS and r.score is not None and (r.region not in best or r.score > best[r.region].score):
-            best[r.region] = r
-    return [RegionEvidence(region=k, family=v.family, knobs=dict(v.knobs), score=v.score)       # type: ignore[arg-type]
-            for k, v in sorted(best.items())][:MAX_REGIONS]
+        if r.region != ALL_REGIONS and r.score is not None and (r.region not in best or r.score > best[r.region][0]):
+            best[r.region] = (r.score, r)
+    return [RegionEvidence(region=k, family=r.family, knobs=dict(r.knobs), score=s)
+            for k, (s, r) in sorted(best.items())][:MAX_REGIONS]
 
 
 def build_recall(rows: Sequence[EvaluationRow], signature: str, op_type: str, gpu: str, source: str) -> Recall:

@@ -17,8 +17,9 @@ be written is said once and the search goes on without it.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ksearch.knowledge.recall import Recall, build_recall
 from ksearch.knowledge.signature import TaskSignature, signature_of
@@ -61,8 +62,8 @@ def kernel_identity(code: str | None, wm: Any, node: Any) -> tuple[str, dict[str
     params = (node.action.params if node.action else None) or {}
     name = ((fam.action.params or {}).get("family") if fam is not None and fam.action else None) \
         or (fam.step if fam is not None else "") or node.node_id
-    knobs = params.get("set") if isinstance(params.get("set"), dict) else {}
-    return str(name), dict(knobs)
+    knobs = params.get("set")
+    return str(name), dict(knobs) if isinstance(knobs, dict) else {}
 
 
 class RunMemory:
@@ -79,11 +80,11 @@ class RunMemory:
         self._warned = False
 
     @classmethod
-    def disabled(cls, task: Any) -> "RunMemory":
+    def disabled(cls, task: Any) -> RunMemory:
         return cls(task)
 
     @classmethod
-    def for_run(cls, cfg: Any, task: Any) -> "RunMemory":
+    def for_run(cls, cfg: Any, task: Any) -> RunMemory:
         """From the settings of the process running the search (memory.*, llm.replay). Raises StoreError
         when memory is on and its store cannot be opened."""
         replay = cfg.llm.get("replay") if hasattr(cfg.llm, "get") else getattr(cfg.llm, "replay", None)

@@ -19,9 +19,10 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 SCHEMA_VERSION = 1
 ALL_REGIONS = "all"
@@ -93,7 +94,7 @@ class EvaluationRow:
         return tuple(d[c] for c in _COLUMNS)
 
     @staticmethod
-    def _from_db(row: sqlite3.Row) -> "EvaluationRow":
+    def _from_db(row: sqlite3.Row) -> EvaluationRow:
         d = {c: row[c] for c in _COLUMNS}
         d["knobs"] = json.loads(d["knobs"])
         d["profile"] = json.loads(d["profile"]) if d["profile"] is not None else None
@@ -147,7 +148,7 @@ class KnowledgeStore:
                              f"memory.path= elsewhere") from None
 
     # ---- writing ----------------------------------------------------------------------------------
-    def _write(self) -> "_Immediate":
+    def _write(self) -> _Immediate:
         return _Immediate(self._db)
 
     def add(self, rows: Sequence[EvaluationRow]) -> int:
@@ -197,7 +198,7 @@ class KnowledgeStore:
         with self._lock:
             self._db.close()
 
-    def __enter__(self) -> "KnowledgeStore":
+    def __enter__(self) -> KnowledgeStore:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -57,7 +57,7 @@ class ModelRequest:
                 "retry_errors": self.retry_errors, "key": self.key()}
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> "ModelRequest":
+    def from_json(d: dict[str, Any]) -> ModelRequest:
         return ModelRequest(d["kind"], d.get("purpose", ""), d.get("prompt", ""), dict(d.get("context") or {}),
                             list(d.get("retry_errors") or []))
 

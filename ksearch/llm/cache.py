@@ -17,12 +17,13 @@ import hashlib
 import json
 import time
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from ksearch.store.atomic import atomic_write
 from ksearch.llm.base import ModelReply, ModelRequest, as_cached_usage
 from ksearch.llm.redact import redact_obj
+from ksearch.store.atomic import atomic_write
 
 CACHE_VERSION = 1
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ksearch.llm.base import ModelError, ModelReply, ModelRequest, Usage
 from ksearch.llm.redact import redact, redact_obj
@@ -124,7 +125,7 @@ class LiteLLMModel:
             error: Exception | None = None
             try:
                 resp = self._litellm.completion(**kwargs)
-            except Exception as e:      # classified below; nothing is swallowed
+            except Exception as e:      # noqa: BLE001 - classified below; nothing is swallowed
                 error = e
             latency = time.monotonic() - t0
             if error is not None:
@@ -197,7 +198,7 @@ class LiteLLMModel:
     def _missing_keys(self) -> str:
         try:
             env = self._litellm.validate_environment(model=self.name)
-        except Exception:           # a hint only; the error being reported matters more
+        except Exception:           # noqa: BLE001 - a hint only; the error being reported matters more
             return ""
         missing = env.get("missing_keys") or [] if isinstance(env, dict) else []
         return f" (missing: {', '.join(missing)})" if missing else ""
@@ -238,7 +239,7 @@ class LiteLLMModel:
         for kw in ({}, {"model": self.name}):
             try:
                 return float(self._litellm.completion_cost(completion_response=resp, **kw))
-            except Exception:       # unknown model or provider: the price is unknown, not zero
+            except Exception:       # noqa: BLE001 - unknown model or provider: the price is unknown, not zero
                 continue
         return None
 

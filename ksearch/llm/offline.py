@@ -24,14 +24,16 @@ import json
 import math
 import re
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ksearch.knowledge.priors import CatalogPrior, FamilyStart, family_starts
 from ksearch.knowledge.recall import Recall, knobs_text
 from ksearch.llm.base import ModelReply, ModelRequest, Usage
 from ksearch.profile import Advice, Hint, advise, context_profile, hint_change
-from ksearch.task.catalog import Catalog, Family, load_catalog
+from ksearch.profile.advice import NO_ADVICE
 from ksearch.task import load_task
+from ksearch.task.catalog import Catalog, Family, load_catalog
 
 PLAN_HEADER = "# ksearch-plan: "
 _HEADER_RE = re.compile(r"^# ksearch-plan: (\{.*\})\s*$", re.MULTILINE)
@@ -79,7 +81,7 @@ def listed_settings(family: Family, knobs: dict[str, Any]) -> dict[str, Any]:
 
 def profile_moves(family: Family, knobs: dict[str, Any], advice: Advice) -> list[tuple[Hint, dict[str, Any]]]:
     """The knob changes the profile's hints ask for, in the hints' order (each non-empty, from `knobs`)."""
-    values = {k.name: k.values for k in family.knobs.values()}
+    values: dict[str, Sequence[Any]] = {k.name: k.values for k in family.knobs.values()}
     out = []
     for hint in advice.hints:
         change = hint_change(hint, knobs, values)
@@ -287,7 +289,7 @@ class OfflineModel:
         return ops
 
     def _children(self, cat: Catalog, nodes: dict[str, Any], parent: dict[str, Any], plan: dict[str, Any],
-                  score: float, budget: int, advice: Advice = Advice((), ())) -> list[dict[str, Any]]:
+                  score: float, budget: int, advice: Advice = NO_ADVICE) -> list[dict[str, Any]]:
         """Up to `budget` next steps under a closed node: what its profile asks for, then untried catalog
         tactics, then single-knob moves."""
         fam_name = plan.get("family") or (parent.get("action") or {}).get("params", {}).get("family")
@@ -299,11 +301,12 @@ class OfflineModel:
                     if n.get("parent_id") == parent["node_id"]]
         taken = {json.dumps(p.get("set", {}), sort_keys=True) for p in existing}
         # A tactic already taken on the way here is not proposed again, even if a later knob move undid it.
-        on_path, cur = set(), parent
+        on_path: set[Any] = set()
+        cur: dict[str, Any] | None = parent
         while cur is not None:
             on_path.add((cur.get("action") or {}).get("params", {}).get("tactic"))
             cur = nodes.get(cur.get("parent_id") or "")
-        candidates = []
+        candidates: list[tuple[float, str, str, dict[str, Any], Any, str | None]] = []
         why = "; ".join(advice.reasons)
         for i, (hint, change) in enumerate(profile_moves(fam, knobs, advice)):
             title = f"{hint.value.replace('_', ' ').capitalize()}: {knobs_text(change)}"

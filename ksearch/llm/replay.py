@@ -35,7 +35,7 @@ class _Answers:
 
 class ReplayModel:
     def __init__(self, recording: Path | str):
-        from ksearch.store import read_records     # lazily: the store imports the solution types
+        from ksearch.store import read_records  # lazily: the store imports the solution types
         from ksearch.store.records import ModelCall, RunStart
 
         self.recording = Path(recording)
@@ -45,7 +45,7 @@ class ReplayModel:
                              f"(runs/<task>/<timestamp>)")
         try:
             records, _ = read_records(journal)
-        except Exception as e:      # a damaged journal: say which file, do not guess
+        except Exception as e:      # noqa: BLE001 - a damaged journal: say which file, do not guess
             raise ModelError(f"llm.replay={recording}: cannot read {journal}: {e}") from None
         self._by_key: dict[str, _Answers] = defaultdict(_Answers)
         self._by_prompt: dict[tuple[str, str, str], _Answers] = defaultdict(_Answers)

@@ -26,8 +26,9 @@ llm.max_requests by up to N cycles' worth (their spend is counted when they are 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any
 
 from ksearch.eval.parent.pool import serialize_ast_parse
 from ksearch.llm.base import ModelRequest
@@ -50,7 +51,7 @@ def _in_thread(name: str, fn: Callable[..., Any], *args: Any) -> Future:
             return
         try:
             future.set_result(fn(*args))
-        except BaseException as e:          # handed to the owner, which re-raises it in cycle order
+        except BaseException as e:  # noqa: BLE001 - handed to the owner, which re-raises it in cycle order
             future.set_exception(e)
 
     threading.Thread(target=target, name=name, daemon=True).start()

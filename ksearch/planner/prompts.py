@@ -48,7 +48,7 @@ class Prompts:
                 "baseline": b.label if b else "the baseline", "targets": targets or "-", "regions": "-"}
         return _PROMPTS.get_template(name).render(**{**base, **kw})
 
-    def code_request(self, state: "CycleState", language: str) -> ModelRequest:
+    def code_request(self, state: CycleState, language: str) -> ModelRequest:
         """The request for the cycle's next attempt (action, debug or improve)."""
         node, mode, attempt = state.node, state.mode, state.k + 1
         a = node.action

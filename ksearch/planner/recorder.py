@@ -10,8 +10,9 @@ with its cycle id) may run in the cycle's thread and are applied by the owner wh
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ksearch.eval.report import BaselineTimes, EvalReport
 from ksearch.instantiate import Solution

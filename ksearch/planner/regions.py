@@ -19,8 +19,9 @@ evaluate callable, the recorder's `write` and the incumbent, which alone decides
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ksearch.eval.clocks.noise import compare_reports
 from ksearch.eval.report import EvalReport
@@ -135,7 +136,7 @@ class DispatchStep:
     source: Callable[[str], str | None]                         # a stored kernel's source
     evaluate: Callable[[Solution, str, int, int], EvalReport]   # (solution, node id, attempt, round), recorded
     write: Callable[[R.Record], R.Record]                       # the owner's record of what happened
-    incumbent: "Incumbent"                                      # its held-out gate, and the only writer of best/
+    incumbent: Incumbent                                      # its held-out gate, and the only writer of best/
 
 
 def finish_with_dispatch(step: DispatchStep, round_index: int) -> None:

@@ -34,7 +34,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ksearch.world_model import Node, WorldModel, facts
-from ksearch.world_model.facts import BASELINE_SCORE, best_score, family_of as _family_of, family_visits
+from ksearch.world_model.facts import BASELINE_SCORE, best_score, family_visits
+from ksearch.world_model.facts import family_of as _family_of
+from ksearch.world_model.node import Action
 
 POLICIES = ("learned", "greedy", "random")
 
@@ -204,6 +206,12 @@ def random_pick(candidate_ids: list[str], seed: int, draw: int) -> str:
     return ids[int.from_bytes(h[:8], "little") % len(ids)]
 
 
+def _action(node: Node) -> Action:
+    """A frontier candidate's action (the frontier holds only nodes with one)."""
+    assert node.action is not None, node.node_id
+    return node.action
+
+
 def choose_next(wm: WorldModel, max_difficulty: int, explore_weight: float = 0.0,
                 policy: str = "learned", exclude: frozenset[str] | set[str] = frozenset(), seed: int = 0,
                 draw: int = 0) -> Node | None:
@@ -222,7 +230,7 @@ def choose_next(wm: WorldModel, max_difficulty: int, explore_weight: float = 0.0
     if policy == "random":
         return wm.node(random_pick([n.node_id for n in candidates], seed, draw))
     if policy == "greedy":
-        return min(candidates, key=lambda n: (-n.action.score, n.action.difficulty, -n.rating, n.node_id))
+        return min(candidates, key=lambda n: (-_action(n).score, _action(n).difficulty, -n.rating, n.node_id))
     ctx = _context(wm)
     totals = {n.node_id: _explain(wm, n, policy, float(explore_weight), ctx)["total"] for n in candidates}
-    return min(candidates, key=lambda n: (-round(totals[n.node_id], 9), n.action.difficulty, -n.rating, n.node_id))
+    return min(candidates, key=lambda n: (-round(totals[n.node_id], 9), _action(n).difficulty, -n.rating, n.node_id))

@@ -7,7 +7,8 @@ change is recorded. Settings that would change what recorded numbers mean are re
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from omegaconf import OmegaConf
 

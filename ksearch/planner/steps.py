@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ksearch.eval.report import EvalReport
+from ksearch.eval.report import EvalReport, Status
 from ksearch.instantiate import CodeExtractionError, solution_from_text
 from ksearch.planner.context import Context
 from ksearch.planner.cycle import Attempt, Base, CycleStart, CycleState, Outlook, Rules
@@ -115,7 +115,7 @@ class CycleSteps:
                                      description=node.action.title if node.action else "")
         except CodeExtractionError as e:
             # Garbage from the model costs the round but nothing else; the reason goes to the next attempt.
-            return Attempt(number, r, mode, EvalReport("", "COMPILE_ERROR", ctx.target.device, log=str(e)), (reply,))
+            return Attempt(number, r, mode, EvalReport("", Status.COMPILE_ERROR, ctx.target.device, log=str(e)), (reply,))
         evaluation = ctx.recorder.evaluate(sol, node.node_id, number, r, cycle=cs.cycle)
         return Attempt(number, r, mode, evaluation.report, (reply, evaluation), sol.main_source)
 
@@ -164,8 +164,8 @@ class CycleSteps:
             ev = last.summary() if last else "no attempt"
             context.update(failure=ev)
             purpose, template = "after_failure", "too_hard.j2"
-            kw = dict(evidence=ev, code=code, fence=fence(code), attempts=cs.k,
-                      failed_cycles=node.failed_cycles, max_failed_cycles=cfg.max_failed_cycles)
+            kw = dict(evidence=ev, code=code, fence=fence(code), attempts=str(cs.k),
+                      failed_cycles=str(node.failed_cycles), max_failed_cycles=str(cfg.max_failed_cycles))
         # the tree as it stands after closing the node or counting its failure
         context["world_model"] = wm.to_json()
         common = dict(world_model=render_compact(wm), frontier=render_frontier(wm), node_id=node.node_id,

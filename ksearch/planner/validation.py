@@ -22,8 +22,9 @@ replay with validation off, so they resume unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ksearch.eval.clocks.noise import compare_reports
 from ksearch.eval.report import BaselineTimes, EvalReport
@@ -89,7 +90,7 @@ class Validation:
         return self.set_name is not None and bool(self.workloads)
 
     @staticmethod
-    def for_search(cfg: Any, target: Target, recorder: Recorder, message: Callable[[str], None]) -> "Validation":
+    def for_search(cfg: Any, target: Target, recorder: Recorder, message: Callable[[str], None]) -> Validation:
         setting = cfg.eval.get("validate", "auto") if hasattr(cfg.eval, "get") else getattr(cfg.eval, "validate", "auto")
         name = None if recorded_before_validation(recorder.journal) else \
             resolve_set(setting, target.task, target.device, target.workload_set)

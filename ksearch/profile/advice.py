@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Sequence
+from typing import Any
 
 from ksearch.profile.model import Profile
 
@@ -28,14 +29,14 @@ LOW_OCCUPANCY = 0.25
 FAR_FROM_LIMIT_PCT = 25.0
 
 
-class Hint(str, Enum):
+class Hint(str, Enum):  # noqa: UP042 - str() and format() give the value the records hold
     SMALLER_TILES = "smaller_tiles"
     FEWER_STAGES = "fewer_stages"
     FUSED_FAMILY = "fused_family"
     MORE_SPLITS = "more_splits"
 
 
-class Role(str, Enum):
+class Role(str, Enum):  # noqa: UP042 - str() and format() give the value the records hold
     TILE = "tile"
     STAGES = "stages"
     SPLITS = "splits"
@@ -49,6 +50,9 @@ class Advice:
 
     def __bool__(self) -> bool:
         return bool(self.hints)
+
+
+NO_ADVICE = Advice((), ())
 
 
 def advise(profile: Profile | None) -> Advice:

@@ -20,14 +20,14 @@ def render_profile(reading: ProfileReading) -> str:
 
 
 def render_table(profile: Profile) -> str:
-    rows = [("kernel", "regs/thread", "spill B", "smem KiB", "warps", "stages", "occupancy")]
+    rows: list[tuple[str, ...]] = [("kernel", "regs/thread", "spill B", "smem KiB", "warps", "stages", "occupancy")]
     for k in profile.kernels:
         smem = None if k.shared_memory_bytes is None else k.shared_memory_bytes / 1024
         rows.append((k.name, _opt(k.registers_per_thread), _opt(k.spilled_bytes), _opt(smem, "{:.1f}"),
                      _opt(k.num_warps), _opt(k.num_stages),
                      _opt(None if k.occupancy is None else 100 * k.occupancy, "{:.0f}%")))
     lines = _columns(rows) if profile.kernels else []
-    wrows = [("workload", "launches (GPU us each)", "total us", "% of limit")]
+    wrows: list[tuple[str, ...]] = [("workload", "launches (GPU us each)", "total us", "% of limit")]
     for w in profile.workloads:
         launches = ", ".join(f"{x.kernel} {x.gpu_time_us:.3g}" for x in w.launches) or "-"
         wrows.append((w.workload, launches, f"{w.gpu_time_us:.3g}" if w.launches else "-",

@@ -5,4 +5,4 @@ from ksearch.store.journal import Journal, JournalCorrupted, JournalDivergence, 
 from ksearch.store.rundir import RunDir, default_run_dir
 
 __all__ = ["Journal", "JournalCorrupted", "JournalDivergence", "read_records", "RunDir", "default_run_dir"]
-from ksearch.store.history import NotARunError, RunHistory, load_history  # noqa: E402,F401  (views read runs here)
+from ksearch.store.history import NotARunError, RunHistory, load_history  # noqa: F401  (views read runs here)

@@ -18,7 +18,7 @@ from typing import Any
 MANIFEST_NAME = "manifest.json"
 
 
-class BestKind(str, Enum):
+class BestKind(str, Enum):  # noqa: UP042 - str() and format() give the value the records hold
     KERNEL = "kernel"          # the kernel one node's evaluation produced
     DISPATCH = "dispatch"      # one module that picks a member kernel from the input shapes
 
@@ -115,7 +115,7 @@ class BestManifest:
                 "file": self.file, "validate_score": self.validate_score, "validate_set": self.validate_set}
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> "BestManifest":
+    def from_json(d: dict[str, Any]) -> BestManifest:
         members = tuple(BestMember(m["solution_id"], m["node_id"], m["short_id"], m.get("step", ""),
                                    tuple(m.get("regions") or ()), bool(m.get("fallback")))
                         for m in d.get("members") or [])

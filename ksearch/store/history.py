@@ -230,7 +230,8 @@ class RunHistory:
         """The evaluation of a solution, preferring the given round (a solution can be evaluated twice)."""
         hits = [e for e in self.evaluations if e.solution_id == solution_id]
         exact = [e for e in hits if round_index is None or e.round == round_index]
-        return (exact or hits or [None])[-1]
+        found = exact or hits
+        return found[-1] if found else None
 
     def solution_source(self, solution_id: str | None) -> str | None:
         if not solution_id:

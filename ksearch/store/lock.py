@@ -19,9 +19,9 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 LOCK_NAME = ".lock"
 
@@ -125,7 +125,7 @@ class RunLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def acquire(self) -> "RunLock":
+    def acquire(self) -> RunLock:
         if self.create_dir and not self.run_dir.exists():
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._made_dir = True
@@ -174,7 +174,7 @@ class RunLock:
             _HELD_FDS.discard(fd)
             os.close(fd)
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         return self.acquire()
 
     def __exit__(self, exc_type: object, *_: object) -> None:

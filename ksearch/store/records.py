@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from ksearch.eval.report import BaselineTimes, EvalReport
 
 
-class Role(str, Enum):
+class Role(str, Enum):  # noqa: UP042 - str() and format() give the value the records hold
     ORDERED = "ordered"          # the owner's decisions: matched in order on replay
     ANSWER = "answer"            # something asked outside the loop: recorded once, handed back on replay
     INFO = "info"                # informs, never matched (a change of settings, a failed request's cost)
@@ -168,7 +168,7 @@ class Evaluation(Answer):
     value: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _named_in_report(self) -> "Evaluation":
+    def _named_in_report(self) -> Evaluation:
         """Records from before `solution_id` existed name the kernel in the report only."""
         if not self.solution_id and isinstance(self.value.get("solution_id"), str):
             self.solution_id = self.value["solution_id"]
@@ -385,7 +385,7 @@ def decode(raw: dict[str, Any]) -> Record:
             if not bad & set(data):
                 raise
             for name in bad:
-                data.pop(name, None)         # a wrongly typed field gets its default
+                data.pop(str(name), None)    # a wrongly typed field gets its default
     raise AssertionError("unreachable: every pass drops at least one field")
 
 

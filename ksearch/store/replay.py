@@ -9,8 +9,9 @@ kernel. Anything the recording lacks is measured for real and announced, never i
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import ksearch.store.records as R
 from ksearch.eval.report import BaselineTimes, EvalReport

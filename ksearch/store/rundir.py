@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ksearch.store.atomic import atomic_write
 from ksearch.instantiate.solution import Solution
+from ksearch.store.atomic import atomic_write
 from ksearch.store.best_manifest import MANIFEST_NAME, BestManifest
 
 __all__ = ["RunDir", "default_run_dir", "atomic_write"]

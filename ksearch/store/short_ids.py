@@ -16,8 +16,9 @@ an id `show` printed always means the node `show` printed it for.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from ksearch.world_model import WorldModel
 
@@ -32,7 +33,7 @@ class ShortIds:
     by_short: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_snapshots(cls, snapshots: Iterable[dict[str, Any]]) -> "ShortIds":
+    def from_snapshots(cls, snapshots: Iterable[dict[str, Any]]) -> ShortIds:
         """From tree snapshots (the `tree` field of the journal's `tree` records), oldest first."""
         ids = cls()
         for tree in snapshots:
@@ -40,14 +41,14 @@ class ShortIds:
         return ids
 
     @classmethod
-    def from_history(cls, history: Any) -> "ShortIds":
+    def from_history(cls, history: Any) -> ShortIds:
         """From a RunHistory: every `tree` record of its journal, in order."""
         from ksearch.store.records import TreeSnapshot
 
         return cls.from_snapshots(r.tree for r in history.of(TreeSnapshot) if r.tree)
 
     @classmethod
-    def from_world_model(cls, wm: WorldModel) -> "ShortIds":
+    def from_world_model(cls, wm: WorldModel) -> ShortIds:
         """Without a journal (a tree in memory): creation round, then depth, then tree order."""
         order = sorted(enumerate(wm.nodes()), key=lambda p: (p[1].created_round, wm.depth(p[1].node_id), p[0]))
         ids = cls()
@@ -69,7 +70,7 @@ class ShortIds:
             self.by_short[short] = full
         return short
 
-    def covering(self, wm: WorldModel) -> "ShortIds":
+    def covering(self, wm: WorldModel) -> ShortIds:
         """These ids, plus numbers for any node of `wm` that no snapshot held yet."""
         for node in wm.nodes():
             self._add(node.node_id)

@@ -16,9 +16,9 @@ import errno
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 #: 128 + SIGTERM, what a shell reports for a process a SIGTERM ended.
 EXIT_TERMINATED = 128 + signal.SIGTERM

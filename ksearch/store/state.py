@@ -23,8 +23,9 @@ the owner's order.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import ksearch.store.records as R
 from ksearch.eval.report import BaselineTimes, EvalReport

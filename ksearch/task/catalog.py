@@ -44,7 +44,7 @@ class Knob(_Strict):
     doc: str = ""
 
     @model_validator(mode="after")
-    def _default_listed(self) -> "Knob":
+    def _default_listed(self) -> Knob:
         if self.default not in self.values:
             raise ValueError(f"default {self.default!r} not in values {list(self.values)}")
         return self
@@ -80,7 +80,7 @@ class Family(_Strict):
         return data
 
     @model_validator(mode="after")
-    def _tactics_set_listed_values(self) -> "Family":
+    def _tactics_set_listed_values(self) -> Family:
         for key, knob in self.knobs.items():
             if knob.name != key:
                 raise ValueError(f"knob {key} is named {knob.name!r}: a knob's name is its key")
@@ -102,7 +102,7 @@ class Catalog(_Strict):
     families: tuple[Family, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _unique_names(self) -> "Catalog":
+    def _unique_names(self) -> Catalog:
         names = [f.name for f in self.families]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate family names {names}")

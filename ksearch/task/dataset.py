@@ -19,6 +19,7 @@ from ksearch.task.definition import Definition
 from ksearch.task.synth import random_tensor
 from ksearch.task.workload import Workload
 
+
 class DatasetError(ValueError):
     """The dataset copy is missing a file or holds something the definition does not accept."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import json
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
@@ -35,11 +35,11 @@ class _Model(BaseModel):
 
 class Axis(_Model):
     type: Literal["const", "var"]
-    value: Optional[int] = None
+    value: int | None = None
     description: str = ""
 
     @model_validator(mode="after")
-    def _const_has_value(self) -> "Axis":
+    def _const_has_value(self) -> Axis:
         if self.type == "const" and self.value is None:
             raise ValueError("a const axis needs an integer 'value'")
         return self
@@ -49,7 +49,7 @@ class TensorSpec(_Model):
     """One input or output: symbolic shape (None for a Python scalar) and dtype name."""
 
     name: str
-    shape: Optional[tuple[str, ...]]          # required, may be null: a Python scalar
+    shape: tuple[str, ...] | None          # required, may be null: a Python scalar
     dtype: str
     description: str = ""
 
@@ -103,7 +103,7 @@ class Definition(_Model):
         return data
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Definition":
+    def _consistent(self) -> Definition:
         for where, group in (("inputs", self.inputs), ("outputs", self.outputs)):
             if not group:
                 raise ValueError(f"{where}: a definition needs at least one tensor there")

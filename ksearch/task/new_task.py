@@ -204,6 +204,6 @@ def _try_reference(dest: Path, name: str) -> str | None:
         task = load_task(name, dest.parent)
         w = task.workload_set("tiny")[0]
         task.reference(**task.make_inputs(w, device="cpu", seed=0))
-    except Exception as e:       # reported as a note: the folder is written and can be fixed by hand
+    except Exception as e:       # noqa: BLE001 - reported as a note: the folder is written and can be fixed by hand
         return f"{type(e).__name__}: {e}"[:300]
     return None

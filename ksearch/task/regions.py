@@ -72,7 +72,7 @@ class RegionScheme:
         return {"features": [asdict(f) for f in self.features]}
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> "RegionScheme":
+    def from_json(d: dict[str, Any]) -> RegionScheme:
         return RegionScheme(tuple(Feature(f["label"], f["num"], tuple(f["edges"]), f.get("den"))
                                   for f in d["features"]))
 

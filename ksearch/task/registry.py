@@ -10,17 +10,18 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Optional
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ksearch import data_dir
 import ksearch.task.snapshot as _snapshot
+from ksearch import data_dir
 from ksearch.task.definition import Definition, DefinitionError, parse_definition
 from ksearch.task.workload import Correctness, Workload
 
@@ -93,7 +94,7 @@ def _module_from_snapshot(module_name: str, snap: _snapshot.TaskSnapshot, stem: 
         raise ImportError(f"task {snap.name} has no {stem}.py")
     mod = ModuleType(module_name)
     mod.__file__ = str(path)
-    mod.__ksearch_task_digest__ = snap.digest  # type: ignore[attr-defined]
+    mod.__ksearch_task_digest__ = snap.digest  # type: ignore[attr-defined]  # our mark on the module
     sys.modules[module_name] = mod
     try:
         exec(compile(source, str(path), "exec"), mod.__dict__)
@@ -215,7 +216,7 @@ class TaskMeta(BaseModel):
     model_config = ConfigDict(extra="allow")
     correctness: Correctness = Correctness()
     default_sets: DefaultSets = DefaultSets()
-    static_checks: Optional[dict[str, Any]] = None
+    static_checks: dict[str, Any] | None = None
 
 
 def _find(name: str) -> Path | None:
@@ -254,7 +255,7 @@ def _task_from_snapshot(snap: _snapshot.TaskSnapshot) -> Task:
     return task
 
 
-def _build_task(name: str, task_dir: Path, read: Callable[[str], Optional[str]]) -> Task:
+def _build_task(name: str, task_dir: Path, read: Callable[[str], str | None]) -> Task:
     text = read("definition.json")
     if text is None:
         raise UnknownTaskError(f"{task_dir} has no definition.json")

@@ -12,9 +12,9 @@ reference) are taken from the reference's text when it has them, and the run dec
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ksearch.task.definition import Definition
 
@@ -73,9 +73,10 @@ def _fit_rmsnorm(d: Definition) -> Fit:
                           f"and one output; this definition has {len(tensors)} tensor input(s), {len(scalars)} "
                           f"scalar(s) and {len(d.outputs)} output(s)")
     x, w = sorted(tensors, key=lambda t: -len(t.shape or ()))
+    w_shape = w.shape or ()
     out = d.outputs[0]
     consts = d.const_axes()
-    if len(w.shape or ()) != 1 or not x.shape or x.shape[-1] != w.shape[0] or w.shape[0] not in consts:
+    if len(w_shape) != 1 or not x.shape or x.shape[-1] != w_shape[0] or w_shape[0] not in consts:
         return Fit(reason=f"the rmsnorm starter needs weight [H] with H a const axis and x [..., H]; here "
                           f"{x.name} is {list(x.shape or [])} and {w.name} is {list(w.shape or [])}")
     if out.shape != x.shape:
@@ -86,7 +87,7 @@ def _fit_rmsnorm(d: Definition) -> Fit:
                           f"{out.name} is {out.dtype})")
     if scalars and not scalars[0].dtype.startswith(("float", "bfloat")):
         return Fit(reason=f"the rmsnorm starter takes eps as a float scalar; {scalars[0].name} is {scalars[0].dtype}")
-    base = {"@TASK@": d.name, "@HIDDEN@": str(consts[w.shape[0]]), "@SIGNATURE@": ", ".join(d.input_names),
+    base = {"@TASK@": d.name, "@HIDDEN@": str(consts[w_shape[0]]), "@SIGNATURE@": ", ".join(d.input_names),
             "@X@": x.name, "@W@": w.name, "@OUT_DTYPE@": f"torch.{out.dtype}"}
     eps = [scalars[0].name] if scalars else eps_candidates(d.reference)
     return Fit(candidates=tuple({**base, "@EPS@": e} for e in eps))

@@ -68,7 +68,7 @@ def expand_run_dirs(paths: list[str | Path]) -> list[Path]:
 
 
 def default_target(histories: list[RunHistory]) -> float | None:
-    scores = [h.best.score for h in histories if h.best]
+    scores = [h.best.score for h in histories if h.best and h.best.score is not None]
     return min(scores) if scores else None
 
 
@@ -80,7 +80,7 @@ def compare_rows(histories: list[RunHistory], target: float | None) -> list[Comp
             run=_short(h.run_dir), task=h.task, model=h.model, policy=h.policy, seed=h.seed,
             best_score=h.best.score if h.best else None, rounds=h.rounds, evaluations=len(h.evaluations),
             cost_usd=h.usage.cost_usd, tokens=h.usage.total_tokens, wall_s=h.wall_s,
-            status=h.stop_reason if h.ended else "not finished",
+            status=(h.stop_reason or "ended") if h.ended else "not finished",
             time_to_target_s=(hit.t - h.started_at) if hit and hit.t is not None and h.started_at is not None else None,
             rounds_to_target=hit.round if hit else None, **_baseline_summary(h),
             workload_set=h.workload_set, device=h.device, path=str(h.run_dir)))
@@ -108,7 +108,7 @@ def baseline_note(rows: list[CompareRow]) -> str | None:
     for (task, _, _), group in groups.items():
         lo = min(group, key=lambda r: r.baseline_ms or 0.0)
         hi = max(group, key=lambda r: r.baseline_ms or 0.0)
-        if lo is hi or compare_scores(hi.baseline_ms, hi.baseline_spread or 0.0, lo.baseline_ms,
+        if lo is hi or compare_scores(hi.baseline_ms or 0.0, hi.baseline_spread or 0.0, lo.baseline_ms or 0.0,
                                       lo.baseline_spread or 0.0) == "tie":
             continue
         return (f"the baselines of {lo.run} and {hi.run} differ ({lo.baseline_ms:.4g} vs {hi.baseline_ms:.4g} ms, "

@@ -10,10 +10,10 @@ own, then one `column: value` line per other column.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, Group, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -28,7 +28,7 @@ _PER_COLUMN, _EDGE = 3, 1
 class Column:
     name: str
     whole: bool = False          # a value the user types: shown on one line, never cut
-    justify: str = "left"
+    justify: JustifyMethod = "left"
 
 
 def _plain(cell: str | Text) -> str:
@@ -57,9 +57,9 @@ def needed_width(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]]
 
 
 def _fits(table: Table, width: int) -> bool:
-    probe = Console(file=io.StringIO(), width=width, soft_wrap=True)
-    probe.print(table)
-    return all(len(line) <= width for line in probe.file.getvalue().splitlines())
+    out = io.StringIO()
+    Console(file=out, width=width, soft_wrap=True).print(table)
+    return all(len(line) <= width for line in out.getvalue().splitlines())
 
 
 def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]], width: int, *,
@@ -69,7 +69,7 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]], w
         t = Table(title=title, caption=caption)
         for i, col in enumerate(columns):
             t.add_column(col.name, no_wrap=col.whole, overflow="fold", min_width=_min_width(col, i, rows),
-                         justify=col.justify)  # type: ignore[arg-type]
+                         justify=col.justify)
         for r in rows:
             t.add_row(*(_cell(c, col.whole) for c, col in zip(r, columns)))
         if _fits(t, width):      # rich may still need more than the estimate (a long word it will not fold)

@@ -8,7 +8,8 @@ The figure's layout must be final before this runs (positions are in display coo
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 #: Offsets (points) to try, nearest first: right-above, right-below, left-above, left-below, above, below.
 _DIRECTIONS = ((1, 1), (1, -1), (-1, 1), (-1, -1), (0, 1), (0, -1), (1, 0), (-1, 0))

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from ksearch.store.best_manifest import BestKind, BestManifest
 from ksearch.store.short_ids import ShortIds
 from ksearch.world_model import Node, WorldModel
-from ksearch.world_model.node import NodeStatus
 from ksearch.world_model.facts import facts
+from ksearch.world_model.node import NodeStatus
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ from ksearch.store.short_ids import ShortIds
 from ksearch.world_model import Node, WorldModel
 from ksearch.world_model.facts import facts
 
-
 #: What ends a code line cut to the terminal's width.
 CUT_MARK = "…"
 

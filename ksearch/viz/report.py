@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ksearch.store.best_manifest import BestKind, manifest_from_history
 from ksearch.store import records as R
+from ksearch.store.best_manifest import BestKind, manifest_from_history
 from ksearch.store.history import RunHistory
 from ksearch.store.short_ids import ShortIds
 from ksearch.viz import plots
@@ -194,7 +194,7 @@ def _narrative(h: RunHistory, wm: WorldModel | None, ids: ShortIds) -> str:
     for e in h.evaluations:
         statuses[e.report.status] = statuses.get(e.report.status, 0) + 1
     lines.append("\nEvaluation outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + ".")
-    lines.append("\nStop: " + (h.stop_reason if h.ended else "the run has not ended.") + "")
+    lines.append("\nStop: " + (h.stop_reason if h.stop_reason is not None else "the run has not ended."))
     if h.unknown_kinds:
         lines.append(f"\nThe journal also holds records this report does not interpret: {', '.join(h.unknown_kinds)}.")
     return "\n".join(lines)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 LOGGERS = ("none", "wandb", "mlflow")
 
@@ -84,7 +85,7 @@ class Tracker:
             return
         try:
             fn(*args)
-        except Exception as e:  # a tracker outage must not end the search; the journal has everything
+        except Exception as e:  # noqa: BLE001 - a tracker outage must not end the search; the journal has everything
             self.enabled = False
             self.warn(f"experiment tracking stopped after an error ({type(e).__name__}: {e}); the run goes on, "
                       f"and its journal holds every result")
@@ -137,7 +138,7 @@ class MlflowTracker(Tracker):
         self.mlflow.end_run(status={"finished": "FINISHED", "killed": "KILLED"}.get(status, "FAILED"))
 
 
-_BACKENDS: dict[str, type[Tracker]] = {"wandb": WandbTracker, "mlflow": MlflowTracker}
+_BACKENDS: dict[str, type[WandbTracker] | type[MlflowTracker]] = {"wandb": WandbTracker, "mlflow": MlflowTracker}
 
 
 _PACKAGES = {"wandb": ("wandb", "wandb"), "mlflow": ("mlflow", "mlflow")}   # logger -> (module, pip name)
@@ -192,7 +193,7 @@ class Tee:
         for s in self.sinks:
             try:
                 s.stop(status)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - every sink is stopped; the first error is re-raised below
                 first = first or e
         if first is not None:
             raise first

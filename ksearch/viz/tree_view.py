@@ -7,6 +7,8 @@ be longer than a screen; `--node ID` shows any node, its subtree and everything 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import networkx as nx
 from rich.console import Console
 from rich.table import Table
@@ -77,14 +79,17 @@ def render_tree(wm: WorldModel, *, root_id: str | None = None, max_depth: int | 
         out.append("\n")
         if row is None:
             hidden = [rows[n] for n in folded]
-            out.append_text(_fold_line(prefix, hidden, width, rows[hidden[0].parent_id].short))
+            parent = hidden[0].parent_id
+            assert parent is not None               # only children are folded
+            out.append_text(_fold_line(prefix, hidden, width, rows[parent].short))
         else:
             out.append_text(_row_line(prefix, rows[row], width, context=context or
                                       (statuses is not None and rows[row].status not in statuses)))
     return out
 
 
-def _lines(wm: WorldModel, rows: dict[str, NodeRow], start: Node, kids, fold: int | None, base_depth: int):
+def _lines(wm: WorldModel, rows: dict[str, NodeRow], start: Node, kids: Callable[[str], list[Node]], fold: int | None,
+           base_depth: int) -> list[tuple[str, str | None, list[str], bool]]:
     """(guide prefix, node id or None for a fold line, nodes folded, context) in drawing order."""
     out: list[tuple[str, str | None, list[str], bool]] = [("", start.node_id, [], False)]
 
@@ -108,7 +113,7 @@ def _lines(wm: WorldModel, rows: dict[str, NodeRow], start: Node, kids, fold: in
     return out
 
 
-def _subtree(node_id: str, kids) -> list[str]:
+def _subtree(node_id: str, kids: Callable[[str], list[Node]]) -> list[str]:
     """`node_id` and everything below it that the filters and the depth limit let through."""
     return [node_id] + [d for c in kids(node_id) for d in _subtree(c.node_id, kids)]
 
@@ -183,10 +188,11 @@ def family_table(wm: WorldModel, ids: ShortIds | None = None, width: int | None 
     for fam in families(wm):
         sub = [wm.node(n) for n in nx.descendants(wm.graph, fam.node_id) | {fam.node_id}]
         scored = [n for n in sub if measured_score(n) is not None]
-        top = max(scored, key=measured_score) if scored else None
+        top = max(scored, key=lambda n: measured_score(n) or 0.0) if scored else None
+        sol = top.solution if top else None         # measured, so attached
         t.add_row(f"{ids.short(fam.node_id)} {node_title(fam)}",
-                  f"{top.solution.score:.4g}x" if top else "-",
-                  f"{top.solution.latency_ms:.4g}" if top and top.solution.latency_ms else "-",
+                  f"{sol.score:.4g}x" if sol else "-",
+                  f"{sol.latency_ms:.4g}" if sol and sol.latency_ms else "-",
                   ids.short(top.node_id) if top else "-", str(sum(1 for n in sub if n.is_closed)),
                   str(sum(n.attempts for n in sub)))
     if best is not None:

@@ -224,6 +224,7 @@ class RunBrowser(App[None]):
             if node_id in self._tree_nodes:
                 continue
             row = self.rows[node_id]
+            assert row.parent_id is not None        # the root is drawn first
             parent = self._tree_nodes[row.parent_id]
             before = self._next_sibling_shown(node_id, wanted)
             tnode = parent.add(self._label(row), data=node_id, before=before,
@@ -242,13 +243,16 @@ class RunBrowser(App[None]):
     def _forget(self, tnode: TreeNode) -> None:
         for child in tnode.children:
             self._forget(child)
-        self._tree_nodes.pop(tnode.data, None)
-        self._labels.pop(tnode.data, None)
+        if tnode.data is not None:
+            self._tree_nodes.pop(tnode.data, None)
+            self._labels.pop(tnode.data, None)
 
     def _next_sibling_shown(self, node_id: str, wanted: set[str]) -> TreeNode | None:
         """The sibling after `node_id` (tree order) that is already drawn, to insert before it."""
         wm = self.wm
+        assert wm is not None
         parent_id = wm.node(node_id).parent_id
+        assert parent_id is not None                # the root is drawn first
         siblings = [c.node_id for c in wm.children(parent_id, include_pruned=True) if c.node_id in wanted]
         for sib in siblings[siblings.index(node_id) + 1:]:
             if sib in self._tree_nodes:
@@ -307,6 +311,7 @@ class RunBrowser(App[None]):
     def _code_sections(self, node_id: str) -> dict[str, tuple[RenderableType, int]]:
         """The kernel and the diff without a frame, each as wide as its longest line."""
         h, wm = self.history, self.wm
+        assert h is not None and wm is not None     # called by _show_selected, which checked
         node = wm.node(node_id)
         shown = shown_evaluation(h, node)
         src = h.solution_source(shown.solution_id) if shown else None
@@ -314,7 +319,7 @@ class RunBrowser(App[None]):
             return {}
         sid = shown.solution_id
         label = "attached kernel" if node.solution and node.solution.solution_id == sid else "last attempt's kernel"
-        out = {"kernel": (Group(Text(f"{label} {sid}", style="bold"),
+        out: dict[str, tuple[RenderableType, int]] = {"kernel": (Group(Text(f"{label} {sid}", style="bold"),
                                 Syntax(src, h.solution_language(sid), line_numbers=True, word_wrap=False)),
                           _widest(src) + 8)}
         base_sid, diff = kernel_diff(h, wm, node, sid)
@@ -362,7 +367,7 @@ class RunBrowser(App[None]):
         self._filters_changed()
 
     def action_cycle_family(self) -> None:
-        order = [None, *(f.node_id for f in families(self.wm))] if self.wm is not None else [None]
+        order: list[str | None] = [None, *(f.node_id for f in families(self.wm))] if self.wm is not None else [None]
         current = self.family_filter if self.family_filter in order else None
         self.family_filter = order[(order.index(current) + 1) % len(order)]
         self._filters_changed()

@@ -26,7 +26,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from ksearch.world_model.node import ACTION_FIELDS, EDITABLE_FIELDS
 
@@ -67,7 +67,7 @@ class EditScriptError(ValueError):
     `flawed`); `WorldModel.apply_text` dry-runs it so tree-level reasons are reported in the same reply.
     """
 
-    def __init__(self, reasons: list[str], script: "EditScript | None" = None):
+    def __init__(self, reasons: list[str], script: EditScript | None = None):
         self.reasons = reasons
         self.script = script
         super().__init__("; ".join(reasons))
@@ -103,7 +103,7 @@ class DeleteOp:
     flawed: bool = False
 
 
-Op = Union[InsertOp, UpdateOp, SplitOp, DeleteOp]
+Op = InsertOp | UpdateOp | SplitOp | DeleteOp
 
 
 @dataclass

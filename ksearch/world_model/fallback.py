@@ -18,7 +18,8 @@ the model's.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ksearch.world_model.edits import MAX_NOTES, MAX_SHORT_TEXT, EditScript, EditScriptError, parse_edit_script
 from ksearch.world_model.tree import WorldModel

@@ -105,7 +105,7 @@ class Node:
         return asdict(self)
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> "Node":
+    def from_json(d: dict[str, Any]) -> Node:
         d = dict(d)
         if d.get("action") is not None:
             d["action"] = Action(**d["action"])

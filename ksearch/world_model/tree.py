@@ -17,13 +17,22 @@ the second, against the tree, on a copy, committing only when every op is valid:
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import networkx as nx
 
-from ksearch.world_model.edits import (MAX_ID_CHARS, DeleteOp, EditScript, EditScriptError, InsertOp, SplitOp,
-                                       UpdateOp, parse_edit_text)
+from ksearch.world_model.edits import (
+    MAX_ID_CHARS,
+    DeleteOp,
+    EditScript,
+    EditScriptError,
+    InsertOp,
+    SplitOp,
+    UpdateOp,
+    parse_edit_text,
+)
 from ksearch.world_model.node import Action, AttachedSolution, Node
 
 ROOT_ID = "root"
@@ -41,7 +50,7 @@ class WorldModel:
     """Tree of plan nodes. Reads are free; writes go through `apply`, `attach_solution` and the counters."""
 
     def __init__(self, kernel_summary: str = "", open_questions: Iterable[str] = ()):
-        self.graph = nx.DiGraph()
+        self.graph: nx.DiGraph[str] = nx.DiGraph()
         self.kernel_summary = kernel_summary
         self.open_questions = list(open_questions)
         self.active_leaf_id = ROOT_ID
@@ -53,7 +62,7 @@ class WorldModel:
         if node.parent_id is not None:
             self.graph.add_edge(node.parent_id, node.node_id)
 
-    def __contains__(self, node_id: str) -> bool:
+    def __contains__(self, node_id: object) -> bool:
         return node_id in self.graph
 
     def node(self, node_id: str) -> Node:
@@ -116,13 +125,12 @@ class WorldModel:
         return [n for n in self.nodes() if n.is_closed]
 
     def best_closed(self) -> Node | None:
-        scored = [n for n in self.closed_nodes() if n.solution and n.solution.score is not None]
-        if not scored:
-            return None
-        return max(scored, key=lambda n: (n.solution.score, n.node_id))
+        scored = [(n.solution.score, n.node_id, n) for n in self.closed_nodes()
+                  if n.solution is not None and n.solution.score is not None]
+        return max(scored, key=lambda s: s[:2])[2] if scored else None
 
     def solution_ids(self) -> dict[str, str]:
-        return {n.node_id: n.solution.solution_id for n in self.closed_nodes()}
+        return {n.node_id: n.solution.solution_id for n in self.nodes() if n.solution is not None}
 
     # ---- system-owned writes -------------------------------------------------------------------
     def attach_solution(self, node_id: str, solution: AttachedSolution) -> None:
@@ -370,7 +378,7 @@ class WorldModel:
         }
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> "WorldModel":
+    def from_json(d: dict[str, Any]) -> WorldModel:
         wm = WorldModel(d.get("kernel_summary", ""), d.get("open_questions", []))
         wm.graph = nx.DiGraph()
         for raw in d["nodes"]:

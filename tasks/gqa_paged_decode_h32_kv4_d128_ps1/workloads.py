@@ -39,8 +39,13 @@ import math
 import torch
 
 from ksearch.task import Workload
-from ksearch.task.paged import decode_workload, decode_workload_lens, log_spread_lengths, paged_indices, \
-    stable_generator
+from ksearch.task.paged import (
+    decode_workload,
+    decode_workload_lens,
+    log_spread_lengths,
+    paged_indices,
+    stable_generator,
+)
 from ksearch.task.regions import Feature, RegionScheme
 
 NUM_QO_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 4, 128

@@ -32,8 +32,13 @@ length = kv_indices.shape[0] / batch); see `REGIONS`.
 import torch
 
 from ksearch.task import Workload
-from ksearch.task.paged import decode_workload, decode_workload_lens, log_spread_lengths, paged_indices, \
-    stable_generator
+from ksearch.task.paged import (
+    decode_workload,
+    decode_workload_lens,
+    log_spread_lengths,
+    paged_indices,
+    stable_generator,
+)
 from ksearch.task.regions import Feature, RegionScheme
 
 NUM_QO_HEADS, HEAD_DIM_CKV, HEAD_DIM_KPE = 16, 512, 64

@@ -193,7 +193,7 @@ def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:
 
 @functools.lru_cache(maxsize=1)
 def _reference_module():
-    from ksearch.task.registry import task_module     # the judge's snapshot of the task, never re-read from disk
+    from ksearch.task.registry import task_module  # the judge's snapshot of the task, never re-read from disk
 
     return task_module(Path(__file__).parent, "reference")
 

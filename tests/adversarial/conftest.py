@@ -9,7 +9,6 @@ import pytest
 from ksearch.eval.parent.evaluator import EvalSettings, Evaluator
 from ksearch.eval.report import BaselineTimes
 from ksearch.task import load_task
-
 from tests.adversarial.kernels import TASK
 
 

@@ -130,8 +130,8 @@ def test_the_protocol_adds_little_per_candidate(task, gpu_workloads):
     """Per candidate: spawn to loaded, and one checked call less the judge's reference and the kernel itself.
     Printed for the record; the protocol's share (shared memory, two untimed round trips) stays far below
     100 ms."""
-    from ksearch.eval.trusted.judge import EvalJob, Judge
     from ksearch.eval.isolation.spawn import CandidateSpawner
+    from ksearch.eval.trusted.judge import EvalJob, Judge
 
     class Timed(Judge):
         ref_s = 0.0

@@ -12,10 +12,11 @@ from multiprocessing.connection import Connection
 import pytest
 import torch
 
-from ksearch.eval.trusted import exchange, judge as judge_module
 from ksearch.eval import wire
-from ksearch.eval.trusted.judge import EvalJob, Judge, TrustedCosts
 from ksearch.eval.report import Metric, Status
+from ksearch.eval.trusted import exchange
+from ksearch.eval.trusted import judge as judge_module
+from ksearch.eval.trusted.judge import EvalJob, Judge, TrustedCosts
 from tests.adversarial.kernels import TASK
 
 COSTS = TrustedCosts(reveal_ms=1.0, flush_ms=0.02, flush_sync_ms=0.05)

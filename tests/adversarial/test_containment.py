@@ -6,8 +6,8 @@ which dies, and the parent reports how (the signal) with a log excerpt.
 
 import pytest
 
-from ksearch.eval.report import Status
 from ksearch.eval.parent.evaluator import Evaluator
+from ksearch.eval.report import Status
 from tests.adversarial import kernels as k
 from tests.adversarial.conftest import settings
 

@@ -9,8 +9,8 @@ import socket
 import pytest
 import torch
 
-from ksearch.eval.trusted import exchange
 from ksearch.eval.clocks.gputime import KernelCounts, graph_kernels
+from ksearch.eval.trusted import exchange
 from ksearch.eval.trusted.judge import graph_unusable
 
 INPUTS = {"q": torch.randn(2, 3, dtype=torch.float32).to(torch.bfloat16), "idx": torch.arange(5, dtype=torch.int32),
@@ -83,6 +83,15 @@ def test_the_candidate_cannot_resize_the_shared_file():
         finally:
             os.close(fd)
         assert all(torch.isnan(t.float()).all() for t in shared.take_outputs())
+
+
+def test_a_descriptor_is_handed_over_once():
+    layout = exchange.plan(INPUTS, ORDER, OUTPUTS, ["out", "lse"])
+    with exchange.SharedCall(layout, INPUTS) as shared:
+        _mapped_through_a_socket(shared).close()
+        a, b = socket.socketpair()
+        with a, b, pytest.raises(exchange.ExchangeError, match="handed over already"):
+            shared.hand_over(a)
 
 
 def test_a_layout_refuses_what_cannot_be_shared():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from ksearch.eval.report import Status
 from ksearch.eval.parent.static_checks import StaticCheckConfig, check_source
+from ksearch.eval.report import Status
 from tests.adversarial import kernels as k
 
 
@@ -37,8 +37,8 @@ def test_static_checks_name_the_line(task, name, needle, reason):
 
 
 def test_honest_kernels_and_catalog_families_pass_the_static_checks(task):
-    from ksearch.task.catalog import load_catalog
     from ksearch.task import list_tasks, load_task
+    from ksearch.task.catalog import load_catalog
 
     assert check_source(k.GOOD, StaticCheckConfig.for_task(task)) == []
     for name in list_tasks():

@@ -6,8 +6,7 @@ passed every CPU workload while no CPU sequence was longer than 128 tokens. The 
 INCORRECT_NUMERICAL; the honest kernel still passes the same set.
 """
 
-from ksearch.eval.report import Status
-from ksearch.eval.report import BaselineTimes
+from ksearch.eval.report import BaselineTimes, Status
 from ksearch.task.paged import decode_workload
 from tests.adversarial import kernels as k
 

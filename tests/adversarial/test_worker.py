@@ -5,8 +5,8 @@ import os
 import time
 
 from ksearch.eval.parent.evaluator import Evaluator
-from ksearch.eval.report import Status
 from ksearch.eval.parent.worker_handle import wait_for
+from ksearch.eval.report import Status
 from tests.adversarial import kernels as k
 from tests.adversarial.conftest import settings
 

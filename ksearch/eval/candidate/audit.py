@@ -78,7 +78,11 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:                      # annotations only: the candidate's process imports no more than it needs
+    from collections.abc import Sequence
+    from types import FrameType
 
 PREFIX = "ksearch-audit: refused"
 
@@ -126,7 +130,7 @@ _installed = False
 
 def install(scratch_dir: str | os.PathLike[str], candidate_prefixes: list[str] | tuple[str, ...] = (),
             writable: list[str] | tuple[str, ...] = (), fatal: bool = True,
-            hidden: list[str] | tuple[str, ...] = ()) -> None:
+            hidden: Sequence[str | os.PathLike[str]] = ()) -> None:
     """Install the hook for this process (once; a second call raises RuntimeError)."""
     install_policy(AuditPolicy(os.fspath(scratch_dir), tuple(candidate_prefixes), tuple(writable), fatal=fatal,
                                hidden=tuple(os.fspath(h) for h in hidden)))
@@ -134,11 +138,11 @@ def install(scratch_dir: str | os.PathLike[str], candidate_prefixes: list[str] |
 
 def preload_for_hook() -> None:
     """Import what the hook and the harness use later (the fork server's zygote calls it)."""
-    import ctypes  # noqa: F401
-    import ctypes.util  # noqa: F401
-    import shutil  # noqa: F401
-    import sysconfig  # noqa: F401
-    import traceback  # noqa: F401
+    import ctypes
+    import ctypes.util  # noqa: F401 - imported before the hook, like the rest
+    import shutil  # noqa: F401 - imported before the hook
+    import sysconfig  # noqa: F401 - imported before the hook
+    import traceback  # noqa: F401 - imported before the hook
 
 
 def install_policy(policy: AuditPolicy) -> None:
@@ -174,7 +178,7 @@ def _wrap_unaudited(skipped: set[Any]) -> None:
 
     skipped.update({audited_fork_exec.__code__, audited_create_dynamic.__code__})
     _posixsubprocess.fork_exec = audited_fork_exec
-    subprocess._fork_exec = audited_fork_exec          # type: ignore[attr-defined]
+    subprocess._fork_exec = audited_fork_exec          # type: ignore[attr-defined]  # a private name
     _imp.create_dynamic = audited_create_dynamic
     try:
         import _posixshmem
@@ -245,7 +249,7 @@ def _unversioned(path: str) -> str:
     return re.sub(r"[\d.]+$", "", normalise_exe(path)) or normalise_exe(path)
 
 
-def _make_hook(policy: AuditPolicy) -> tuple[Any, set[Any]]:  # noqa: C901  (one closure keeps its state out of reach)
+def _make_hook(policy: AuditPolicy) -> tuple[Any, set[Any]]:  # one closure keeps its state out of reach
     import shutil
     import socket as socket_module
     import sysconfig
@@ -336,7 +340,7 @@ def _make_hook(policy: AuditPolicy) -> tuple[Any, set[Any]]:  # noqa: C901  (one
 
     def caller_frames() -> Any:
         """The Python frames of the audited call, innermost first (everything below the hook's frame)."""
-        f = getframe(1)
+        f: FrameType | None = getframe(1)
         while f is not None and f.f_code is not hook_code[0]:
             f = f.f_back
         f = f.f_back if f is not None else None

@@ -15,10 +15,10 @@ import os
 import socket
 from typing import Any
 
+from ksearch.eval import wire
 from ksearch.eval.trusted import exchange
 
 
-from ksearch.eval import wire
 class _Sender:
     """What wire.send needs from a connection: a send_bytes bound now."""
 

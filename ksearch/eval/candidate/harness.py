@@ -38,16 +38,17 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-from ksearch.eval.trusted import exchange
-from ksearch.eval.clocks import gputime
 from ksearch.eval.candidate.channel import CandidateChannel
-from ksearch.eval.trusted.memory import scrub
+from ksearch.eval.clocks import gputime
 from ksearch.eval.report import Status
+from ksearch.eval.trusted import exchange
+from ksearch.eval.trusted.memory import scrub
 from ksearch.eval.trusted.rules import normalize_outputs
 
 
@@ -98,7 +99,7 @@ def _runtime_error(e: BaseException) -> dict[str, Any]:
 def _misfit(outs: list[Any], slots: list[torch.Tensor], names: list[str], device: str) -> dict[str, Any] | None:
     """Why the returned outputs cannot fill the judge's slots (a failure the candidate reports on itself)."""
     for name, o, slot in zip(names, outs, slots):
-        if type(o) is not torch.Tensor:        # noqa: E721 - a subclass could intercept the copy
+        if type(o) is not torch.Tensor:        # the exact type: a subclass could intercept the copy
             what = "a torch.Tensor subclass" if isinstance(o, torch.Tensor) else type(o).__name__
             return {"status": Status.INCORRECT_SHAPE, "message": f"{name}: expected a plain torch.Tensor, got {what}"}
         if o.is_meta:
@@ -118,7 +119,7 @@ def _without_reference(definition: Any) -> Any:
     import dataclasses
 
     if dataclasses.is_dataclass(definition):
-        return dataclasses.replace(definition, reference="")
+        return dataclasses.replace(definition, reference="")  # type: ignore[type-var]  # an instance, never a class
     return definition.model_copy(update={"reference": ""})
 
 
@@ -137,8 +138,9 @@ def _setup(payload: dict[str, Any]) -> _Kernel:
     k.names = task.definition.output_names
     k.input_names = task.definition.input_names
     task.workloads_module                   # noqa: B018 - imported now, while files may still be read
-    from ksearch.instantiate import loader  # noqa: F401
     import faulthandler
+
+    from ksearch.instantiate import loader  # noqa: F401 - imported now, before the audit hook
     faulthandler.enable(all_threads=True)   # a segfault prints the Python stack to the captured stderr
     if payload.get("sandbox", True):
         from ksearch.eval.candidate import audit
@@ -199,10 +201,10 @@ class _Server:
                 send({"ok": True})
                 return
             try:
-                handler = ops.get(op)               # type: ignore[arg-type]
+                handler = ops.get(op)               # type: ignore[arg-type]  # None: no handler
                 reply = handler(req, fd) if handler else {"ok": False, "status": Status.RUNTIME_ERROR,
                                                           "message": f"unknown request {op!r}"}
-            except BaseException as e:  # noqa: BLE001 - candidate code may raise anything
+            except BaseException as e:  # candidate code may raise anything
                 if isinstance(e, KeyboardInterrupt):
                     raise
                 reply = _runtime_error(e)
@@ -222,7 +224,7 @@ class _Server:
     def call(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
         """One call on the revealed inputs; its outputs into the judge's slots. The judge clocks this."""
         k = self.k
-        shared = self._map(fd, req["layout"])
+        shared = self._map(fd, req["layout"])     # type: ignore[arg-type]  # the judge sends every call its file
         pristine: list[Any] = []
         if "seed" in req:       # GPU: the inputs are generated here, from the seed revealed now
             src = k.task.make_inputs(req["workload"], device=k.device, seed=int(req["seed"]))
@@ -232,6 +234,7 @@ class _Server:
         else:
             args = shared.inputs
         k.last = None
+        problem: dict[str, Any] | None
         try:
             with self._no_grad():
                 raw = k.fn(*args)
@@ -332,7 +335,7 @@ class _Server:
     def window(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
         """Fresh values into the P sets, n calls as `mode`, the P last outputs into the slots. Clocked by the judge."""
         k = self.k
-        shared = self._map(fd, req["layout"])
+        shared = self._map(fd, req["layout"])     # type: ignore[arg-type]  # the judge sends every window its file
         try:
             self._reveal(k.pool, self._make, list(req["seeds"]))
             self._sync()        # written before any call reads them, whatever stream it launches on
@@ -374,7 +377,7 @@ def main(conn: Any, payload: dict[str, Any]) -> None:
         k = _setup(payload)
         server = _Server(k, channel)
         serve, send = server.serve, channel.send
-    except BaseException as e:      # noqa: BLE001
+    except BaseException as e:      # noqa: BLE001 - any setup failure is reported to the judge
         channel.send({"ok": False, "status": Status.RUNTIME_ERROR,
                       "message": f"the candidate's sandbox did not start: {type(e).__name__}: {e}"[:1500],
                       "log": traceback.format_exc()[-6000:]})

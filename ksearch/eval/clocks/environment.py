@@ -26,7 +26,7 @@ def _version(dist: str, module: str | None = None) -> str | None:
         try:
             mod = __import__(module)
             return str(getattr(mod, "__version__", "?"))
-        except Exception:
+        except Exception:  # noqa: BLE001 - a version is a note: a broken install reads as unknown
             return None
     return None
 
@@ -53,7 +53,7 @@ def _nvml_handle(index: int) -> Any:
         uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
         if uuid is not None:
             return pynvml, pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
-    except Exception:
+    except Exception:  # noqa: BLE001 - no UUID lookup here: by index below
         pass
     return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
 
@@ -74,7 +74,7 @@ def clocks(device: str) -> dict[str, Any]:
         out["temperature_c"] = nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
         out["power_w"] = round(nv.nvmlDeviceGetPowerUsage(h) / 1000.0, 1)
         return out
-    except Exception:
+    except Exception:  # noqa: BLE001 - no NVML here: nvidia-smi is asked below
         pass
     try:
         props = torch.cuda.get_device_properties(index)
@@ -89,7 +89,7 @@ def clocks(device: str) -> dict[str, Any]:
                 out[k] = float(v)
             except ValueError:
                 pass
-    except Exception:
+    except Exception:  # noqa: BLE001 - the clocks are a note in the report, best effort
         pass
     return out
 
@@ -99,13 +99,13 @@ def _driver_version() -> str | None:
         nv, _ = _nvml_handle(0)
         v = nv.nvmlSystemGetDriverVersion()
         return v.decode() if isinstance(v, bytes) else str(v)
-    except Exception:
+    except Exception:  # noqa: BLE001 - no NVML here: nvidia-smi is asked below
         pass
     try:
         q = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                            capture_output=True, text=True, timeout=10)
         return q.stdout.strip().splitlines()[0] if q.returncode == 0 and q.stdout.strip() else None
-    except Exception:
+    except Exception:  # noqa: BLE001 - no nvidia-smi: the driver version is unknown
         return None
 
 

@@ -33,8 +33,9 @@ import os
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -46,7 +47,7 @@ def flush_bytes(device: torch.device) -> int:
     """Twice the L2, so every timed call starts cold (at least 64 MiB)."""
     try:
         l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
-    except Exception:
+    except Exception:  # noqa: BLE001 - no properties: the default flush size
         l2 = 0
     return max(2 * l2, 64 * 1024 * 1024) if l2 else DEFAULT_FLUSH_BYTES
 
@@ -72,7 +73,7 @@ class Capture:
     flush_graph: Any = None
     outputs: dict[int, Any] = field(default_factory=dict)     # input set -> the call's last result
     error: str = ""
-    kernels: "KernelCounts | None" = None
+    kernels: KernelCounts | None = None
 
 
 @dataclass
@@ -85,12 +86,13 @@ class KernelCounts:
 
     def missing_work(self, n: int) -> str:
         """Why the n-call graph cannot hold n calls' work, or "" when the counts agree (or are unknown)."""
-        if None in (self.call_graph, self.flush_graph, self.one_call):
+        call_graph, flush_graph, one_call = self.call_graph, self.flush_graph, self.one_call
+        if call_graph is None or flush_graph is None or one_call is None:
             return ""
-        per_flush = self.flush_graph / max(n, 1)
-        one = self.one_call - per_flush
-        calls = self.call_graph - self.flush_graph
-        if self.one_call > 0 and one <= 0:
+        per_flush = flush_graph / max(n, 1)
+        one = one_call - per_flush
+        calls = call_graph - flush_graph
+        if one_call > 0 and one <= 0:
             return "a captured call recorded no kernel (its work runs outside the graph, e.g. on a stream of its own)"
         if one > 0 and calls < n * one:
             return (f"the graph of {n} calls holds {calls:g} kernel launches where one call records {one:g}: "
@@ -182,7 +184,7 @@ class GraphTimer:
             cap.call_graph = cap.flush_graph = None
             try:
                 torch.cuda.synchronize()
-            except Exception:
+            except Exception:  # noqa: BLE001 - the candidate's error is recorded above; the device may be gone
                 pass
         return cap
 
@@ -361,12 +363,12 @@ def cupti_times(call: Callable[[int], Any], n_sets: int, n: int) -> list[float]:
     for e in events:
         if str(e.get("cat", "")).lower() != "kernel":
             continue
-        i = launch_iter.get(e.get("args", {}).get("correlation"))
-        if i is None:
+        iteration = launch_iter.get(e.get("args", {}).get("correlation"))
+        if iteration is None:
             continue
         s, d = float(e["ts"]), float(e.get("dur", 0.0))
-        lo, hi = spans.get(i, [s, s + d])
-        spans[i] = [min(lo, s), max(hi, s + d)]
+        lo, hi = spans.get(iteration, [s, s + d])
+        spans[iteration] = [min(lo, s), max(hi, s + d)]
     return [(hi - lo) / 1e3 for _, (lo, hi) in sorted(spans.items())]
 
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Literal, Sequence
+from collections.abc import Sequence
+from typing import Any, Literal
 
 Verdict = Literal["better", "worse", "tie"]
 

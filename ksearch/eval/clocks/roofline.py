@@ -13,8 +13,9 @@ a large FP8 `torch._scaled_mm`) or from the vendor's datasheet, and say which (`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 COMPUTE_DTYPES = ("bf16", "fp8", "fp32")
 
@@ -95,12 +96,12 @@ def limit_fraction(task: Any, workload: Any, latency_ms: float, peaks: Peaks) ->
     if latency_ms is None or latency_ms <= 0 or (t_mem == 0 and t_comp == 0):
         return None
     seconds = latency_ms * 1e-3
-    if t_mem >= t_comp:
-        achieved = traffic / seconds / 1e12
+    if t_mem >= t_comp:                 # t_mem > 0, so the traffic is known
+        achieved = cast(int, traffic) / seconds / 1e12
         return LimitFraction(achieved / peaks.copy_tbs, "memory", achieved, peaks.copy_tbs, "TB/s",
                              f"copy bandwidth ({peaks.source()})")
-    achieved = flops / seconds / 1e12
-    limit = peaks.peak_tflops(dtype)
+    achieved = cast(int, flops) / seconds / 1e12     # t_comp > 0, so the FLOPs and their dtype are known
+    limit = peaks.peak_tflops(cast(str, dtype))
     return LimitFraction(achieved / limit, "compute", achieved, limit, "TFLOP/s",
                          f"{dtype} tensor peak ({peaks.source(dtype)})")
 
@@ -143,7 +144,7 @@ def measure_peaks(device: str = "cuda", *, matmul_size: int = 8192, copy_bytes: 
         return None
     import statistics
 
-    def time_cuda(fn, warmup: int, iterations: int) -> float:
+    def time_cuda(fn: Callable[[], Any], warmup: int, iterations: int) -> float:
         """Median GPU ms per call from CUDA events around each eager call (calls here last >= 0.3 ms, so
         launch gaps do not enter). Not the evaluator's graph clock: a 1 GiB copy timed that way gave 2.72
         TB/s on the H200 where an independent eager copy gave 4.22 (issue 20; scripts/peaks_check.py)."""
@@ -167,24 +168,26 @@ def measure_peaks(device: str = "cuda", *, matmul_size: int = 8192, copy_bytes: 
         # runtime's device-to-device memcpy and an elementwise kernel), each timed on its own.
         src = torch.rand(copy_bytes // 4, device=dev)
         dst = torch.empty_like(src)
-        copy_ms = min(time_cuda(lambda: dst.copy_(src), warmup=3, iterations=20),
-                      time_cuda(lambda: torch.mul(src, 1.0, out=dst), warmup=3, iterations=20))
+        copy_ms = min(time_cuda(lambda: dst.copy_(src), warmup=3, iterations=20),  # noqa: F821 - run before the del
+                      time_cuda(lambda: torch.mul(src, 1.0, out=dst),  # noqa: F821 - run before the del
+                                warmup=3, iterations=20))
         copy_tbs = 2 * copy_bytes / (copy_ms * 1e-3) / 1e12
         del src, dst
         n = matmul_size
         mm_flops = 2 * n ** 3
         tflops, sources = dict(sheet.tflops), {k: "datasheet" for k in sheet.tflops}
 
-        def rate(fn) -> float:
+        def rate(fn: Callable[[], Any]) -> float:
             return mm_flops / (time_cuda(fn, warmup=3, iterations=10) * 1e-3) / 1e12
 
         a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
         b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
-        tflops["bf16"], sources["bf16"] = rate(lambda: a @ b.t()), "measured"
+        tflops["bf16"], sources["bf16"] = rate(lambda: a @ b.t()), "measured"  # noqa: F821 - run before the del
         try:
             a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
             one = torch.ones((), device=dev, dtype=torch.float32)
-            tflops["fp8"] = rate(lambda: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.bfloat16))
+            tflops["fp8"] = rate(
+                lambda: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.bfloat16))  # noqa: F821 - before the del
             sources["fp8"] = "measured"
             del a8, b8
         except (RuntimeError, TypeError, AttributeError):
@@ -194,7 +197,7 @@ def measure_peaks(device: str = "cuda", *, matmul_size: int = 8192, copy_bytes: 
         allow = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = False
         try:
-            tflops["fp32"], sources["fp32"] = rate(lambda: af @ bf.t()), "measured"
+            tflops["fp32"], sources["fp32"] = rate(lambda: af @ bf.t()), "measured"  # noqa: F821 - run before the del
         finally:
             torch.backends.cuda.matmul.allow_tf32 = allow
         del af, bf

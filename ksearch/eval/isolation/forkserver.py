@@ -139,7 +139,7 @@ class Child:
     pid: int
     conn: Connection
     capture: ChildOutput
-    server: "ForkServer"
+    server: ForkServer
     spawned_at: float = field(default_factory=time.perf_counter)
     returncode: int | None = None
     ended_at: float | None = None
@@ -390,7 +390,8 @@ class ForkServer:
         cid = next(self._ids)
         ours, theirs = socket.socketpair()
         read_fd, write_fd = os.pipe()
-        event, box = threading.Event(), []
+        event = threading.Event()
+        box: list[Any] = []
         with self._lock:
             self._pending[cid] = (event, box)
         try:
@@ -438,10 +439,11 @@ class ForkServer:
         if self._closed:
             return
         self._closed = True
-        if self.zygote_alive():
+        proc = self._proc
+        if proc is not None and self.zygote_alive():
             try:
                 self._send(("close", 0))
-                self._proc.wait(15)
+                proc.wait(15)
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self._kill_zygote()
@@ -451,7 +453,7 @@ class ForkServer:
         except OSError:
             pass
 
-    def __enter__(self) -> "ForkServer":
+    def __enter__(self) -> ForkServer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -543,7 +545,7 @@ class Zygote:
                 pid, init = self._fork_in_namespaces(conn_fd, out_fd, spec)
             else:
                 pid, init = self._fork(conn_fd, out_fd, spec), None
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - any failure to fork is this child's failure, reported to the parent
             self.send(("failed", cid, f"{type(e).__name__}: {e}"))
             return
         finally:
@@ -701,17 +703,17 @@ def _child_main(conn_fd: int, out_fd: int, spec: tuple[Any, ...], zygote: int, n
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - the child's code may raise anything: exit code 1
         try:
             traceback.print_exc()
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - the exit code still says it
             pass
         code = 1
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
-            except BaseException:
+            except BaseException:  # noqa: BLE001 - a closed stream must not stop os._exit
                 pass
         os._exit(code)
 
@@ -801,7 +803,7 @@ def zygote_main(argv: list[str] | None = None) -> None:
         sock.send(pickle.dumps(("ready", {"isolation": isolation, "note": note, "threads": threads,
                                           "import_s": import_s,
                                           "walls": walls.to_json(plan) if plan is not None else None})))
-    except BaseException as e:
+    except BaseException as e:  # noqa: BLE001 - any start failure is reported to the parent before exiting
         traceback.print_exc()
         try:
             sock.send(pickle.dumps(("failed", 0, f"the fork server could not start: {type(e).__name__}: {e}")))
@@ -814,12 +816,12 @@ def zygote_main(argv: list[str] | None = None) -> None:
 
 def _preload(config: dict[str, Any]) -> None:
     """Import what every child needs, without initialising CUDA (children do that after the fork)."""
-    import numpy  # noqa: F401
+    import numpy  # noqa: F401 - imported once here, before the fork
     import torch
-    import triton  # noqa: F401
-    import triton.language  # noqa: F401
+    import triton
+    import triton.language  # noqa: F401 - imported once here, before the fork
 
-    from ksearch.eval.candidate import audit  # noqa: F401
+    from ksearch.eval.candidate import audit
 
     if config.get("interpret"):
         from ksearch.eval.interpreter import prepare_interpreter

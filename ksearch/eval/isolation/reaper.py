@@ -126,7 +126,7 @@ def private_proc_available() -> bool:
                 try:
                     make_private_proc()
                     os._exit(0 if os.readlink("/proc/self") == "1" else 1)
-                except BaseException:
+                except BaseException:  # noqa: BLE001 - the forked probe must exit, never unwind into the parent's code
                     os._exit(1)
             code = os.waitstatus_to_exitcode(os.waitpid(inner, 0)[1])
         finally:

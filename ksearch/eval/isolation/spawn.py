@@ -107,7 +107,7 @@ class CandidateSpawner:
             _touch[(1,)](x)
             torch.cuda.synchronize()
             self.seed_cache = seed
-        except Exception:       # no seed: each child builds its own helper, slower but correct
+        except Exception:       # noqa: BLE001 - no seed: each child builds its own helper, slower but correct
             self.seed_cache = None
         finally:
             if previous is None:

@@ -135,7 +135,7 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
     libc = reaper.libc()
     fn = libc.mount
     fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-    enc = lambda s: None if s is None else os.fsencode(s)  # noqa: E731
+    enc = lambda s: None if s is None else os.fsencode(s)  # noqa: E731 - a one-line helper for the call below
     if fn(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount {target}: {os.strerror(err)}")

@@ -20,13 +20,14 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
-from ksearch.eval.report import BaselineTimes, EvalReport, Metric, Status, score_metric, score_report
-from ksearch.eval.parent.worker_handle import Reply, WorkerProcess, WorkerStartError
 from ksearch.eval.parent.static_checks import StaticCheckConfig, check_source, refusal_message
+from ksearch.eval.parent.worker_handle import Reply, WorkerProcess, WorkerStartError
+from ksearch.eval.report import BaselineTimes, EvalReport, Metric, Status, score_metric, score_report
 from ksearch.task import Task, Workload
 
 LARGE_OUTPUT_BYTES = 1 << 20
@@ -162,7 +163,7 @@ class Evaluator:
             self._worker.stop()
         self._worker = None
 
-    def __enter__(self) -> "Evaluator":
+    def __enter__(self) -> Evaluator:
         return self
 
     def __exit__(self, *exc: Any) -> None:

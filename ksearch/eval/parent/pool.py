@@ -20,10 +20,11 @@ import os
 import queue
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ksearch.eval.report import BaselineTimes, EvalReport
 
@@ -48,8 +49,8 @@ def serialize_ast_parse() -> None:
         with _AST_LOCK:
             return original(*args, **kw)
 
-    parse._ksearch_serialized = True  # type: ignore[attr-defined]
-    ast.parse = parse  # type: ignore[assignment]
+    parse._ksearch_serialized = True  # type: ignore[attr-defined]  # our mark: patched once
+    ast.parse = parse
 
 
 def slot_devices(device: str, slots: int, gpu_count: int) -> list[str]:
@@ -169,12 +170,12 @@ class RayPool:
             env = {"PYTHONPATH": os.pathsep.join([package_root] + ([os.environ["PYTHONPATH"]]
                                                                    if os.environ.get("PYTHONPATH") else []))}
             if rs.address:
-                ray.init(address=rs.address, runtime_env={"env_vars": env}, logging_level="WARNING",
-                         log_to_driver=False)
+                ray.init(address=rs.address, runtime_env={"env_vars": env},
+                         logging_level="WARNING", log_to_driver=False)  # type: ignore[arg-type]  # a level name works
             else:
                 ray.init(num_cpus=len(devices), num_gpus=sum(1 for d in devices if d.startswith("cuda")),
-                         include_dashboard=False, logging_level="WARNING", log_to_driver=False,
-                         runtime_env={"env_vars": env})
+                         include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env},
+                         logging_level="WARNING")  # type: ignore[arg-type]  # ray takes a level name too
                 self.started_cluster = True
         self._owns_ray = self.started_cluster
         remote = ray.remote(_EvaluatorActor)
@@ -187,7 +188,8 @@ class RayPool:
                 opts: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1 if on_gpu else 0, "max_concurrency": 1}
                 self._actors.append(remote.options(**opts).remote(task_name, tasks_root, asdict(s)))
             # wait until every actor is up (a broken environment shows here, not at the first candidate)
-            up = ray.get([a.worker_pids.remote() for a in self._actors], timeout=rs.startup_timeout_s)
+            up = ray.get([a.worker_pids.remote() for a in self._actors],  # type: ignore[attr-defined]  # an actor's method
+                         timeout=rs.startup_timeout_s)
             self.pids = {p for ps in up for p in ps}      # actor processes, for checks that none outlives us
         except BaseException:
             self.close()
@@ -225,7 +227,7 @@ class RayPool:
                     pids = ray.get([a.worker_pids.remote() for a in actors], timeout=10.0)
                     self.pids = getattr(self, "pids", set()) | {p for ps in pids for p in ps}
                     ray.get([a.close.remote() for a in actors], timeout=getattr(self, "_close_timeout", 60.0))
-                except Exception:      # an actor that died or hangs: killing it below is all that is left
+                except Exception:  # noqa: BLE001 - an actor that died or hangs: killing it below is all that is left
                     pass
                 for a in actors:
                     ray.kill(a, no_restart=True)
@@ -243,7 +245,7 @@ def build_pool(kind: str, task: Any, settings: Any, slots: int, *, ray_address: 
     devices = slot_devices(settings.device, slots, gpus)
     if kind == "ray":
         try:
-            import ray  # noqa: F401
+            import ray  # noqa: F401 - only whether it is installed
         except ImportError:
             raise ValueError("eval.pool=ray needs Ray: pip install 'ksearch[ray]' (or eval.pool=local)") from None
         return RayPool(task.name, str(Path(task.dir).parent), settings, devices, RaySettings(address=ray_address))

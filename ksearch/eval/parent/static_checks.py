@@ -24,8 +24,9 @@ still apply to them. No imports beyond the standard library: the parent calls th
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 # Module prefixes a candidate may not import. Matched on whole dotted components.
 FORBIDDEN_MODULES: dict[str, str] = {
@@ -98,7 +99,7 @@ class StaticCheckConfig:
     protected_names: list[str] = field(default_factory=list)     # more module names to treat as task files
 
     @staticmethod
-    def from_mapping(d: dict[str, Any] | None, task_name: str | None = None) -> "StaticCheckConfig":
+    def from_mapping(d: dict[str, Any] | None, task_name: str | None = None) -> StaticCheckConfig:
         d = dict(d or {})
         unknown = set(d) - {"forbidden_calls", "forbidden_imports", "allowed_imports", "protected_names"}
         if unknown:
@@ -110,7 +111,7 @@ class StaticCheckConfig:
         return cfg
 
     @staticmethod
-    def for_task(task: Any) -> "StaticCheckConfig":
+    def for_task(task: Any) -> StaticCheckConfig:
         return StaticCheckConfig.from_mapping((task.meta or {}).get("static_checks"), task.name)
 
 
@@ -253,22 +254,22 @@ class _Checker(ast.NodeVisitor):
             obj = node.args[0]
             obj_path = self.dotted(obj) if isinstance(obj, (ast.Name, ast.Attribute)) else None
             name = node.args[1] if len(node.args) > 1 else None
-            literal = isinstance(name, ast.Constant) and isinstance(name.value, str)
+            attr = name.value if isinstance(name, ast.Constant) and isinstance(name.value, str) else None
             if obj_path is not None:
-                if not literal:
+                if attr is None:
                     self.add(node, "dynamic", f"{fn.id}() on {obj_path} with a computed name (it would hide "
                                               f"what the static checks look for)")
                 elif fn.id in ("setattr", "delattr"):
-                    self.add(node, "monkeypatch", f"{fn.id}({obj_path}, {name.value!r}): changing imported "
+                    self.add(node, "monkeypatch", f"{fn.id}({obj_path}, {attr!r}): changing imported "
                                                   f"modules or their classes is refused")
                 else:
-                    full = f"{obj_path}.{name.value}"
-                    if name.value in FORBIDDEN_DUNDERS:
+                    full = f"{obj_path}.{attr}"
+                    if attr in FORBIDDEN_DUNDERS:
                         self.add(node, "attribute", f"uses {full} (introspection)")
                     else:
                         self.check_path(node, full)
-            elif fn.id in ("setattr", "delattr") and literal and name.value in FORBIDDEN_DUNDERS:
-                self.add(node, "attribute", f"{fn.id}(..., {name.value!r}) (introspection)")
+            elif fn.id in ("setattr", "delattr") and attr is not None and attr in FORBIDDEN_DUNDERS:
+                self.add(node, "attribute", f"{fn.id}(..., {attr!r}) (introspection)")
         self.generic_visit(node)
 
 

@@ -26,9 +26,9 @@ import socket
 import subprocess
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -295,7 +295,7 @@ class WorkerProcess:
             self.kill()
             self.capture.eof.wait(2.0)
             return Reply("died", describe_exit(code), *self.capture.excerpt())
-        except Exception as e:          # a garbled stream: something in the worker wrote to our socket
+        except Exception as e:          # noqa: BLE001 - a garbled stream: something in the worker wrote to our socket
             self.kill()
             return Reply("forged", f"the worker sent an unreadable reply ({type(e).__name__}: {e}): something "
                                    f"in the worker wrote to the evaluator's socket", *self.capture.excerpt())

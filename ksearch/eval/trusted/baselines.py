@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from ksearch.eval.clocks import gputime
-from ksearch.eval.trusted.job import Job
 from ksearch.eval.clocks.noise import noise_floor, relative_spread
 from ksearch.eval.report import BaselineTimes, Metric, TimingMethod
+from ksearch.eval.trusted.job import Job
 from ksearch.eval.trusted.rules import check_outputs, normalize_outputs
 from ksearch.task import Task, Workload, load_task
 
@@ -91,7 +92,9 @@ def time_subject(call: Callable[[], Any], device: str, warmup: int, trials: int
     GPU-time method used."""
     on_gpu = device.startswith("cuda")
     floor = noise_floor(device)
-    fn: Callable[[int], Any] = lambda _i: call()
+    def fn(_i: int) -> Any:
+        return call()
+
     if not on_gpu:
         with torch.no_grad():
             return {Metric.call_latency: _cpu_rounds(fn, warmup, trials, floor)}, TimingMethod.wall_clock_cpu
@@ -169,16 +172,16 @@ def measure_baselines(job: BaselineJob) -> BaselineTimes:
                 got_clocks, methods[name] = time_subject(call, job.device, job.warmup, job.trials)
                 for clock, rounds in got_clocks.items():
                     clocks.setdefault(name, {}).setdefault(clock, {})[w.name] = rounds
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - a failing baseline is recorded; the others still run
                 failures[name] = f"{type(e).__name__}: {e}"[:800]
         if job.time_reference or not factories:
             fn = task.reference
             if on_gpu:      # a slow PyTorch program on large shapes, for information only (bench)
-                got_clocks, _ = time_subject(lambda: fn(**inputs), job.device, 1, 1)
+                got_clocks, _ = time_subject(lambda: fn(**inputs), job.device, 1, 1)  # noqa: B023,F821 - run at once
                 ref_rounds[w.name] = got_clocks.get(Metric.gpu_time) or got_clocks[Metric.call_latency]
             else:           # the CPU baseline: cheap next to an interpreted kernel
-                got_clocks, methods["reference"] = time_subject(lambda: fn(**inputs), job.device, 2,
-                                                                max(3, job.trials))
+                got_clocks, methods["reference"] = time_subject(lambda: fn(**inputs),  # noqa: B023,F821 - run at once
+                                                                job.device, 2, max(3, job.trials))
                 ref_rounds[w.name] = got_clocks[Metric.call_latency]
         del inputs, ref
     if on_gpu:      # the worker lives on beside the candidates' processes: give the cached blocks back

@@ -23,8 +23,9 @@ import math
 import mmap
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -97,14 +98,16 @@ def plan(inputs: dict[str, Any] | None, order: Sequence[str], outputs: Sequence[
         offset += -(-max(slot.nbytes, 1) // ALIGN) * ALIGN
         return slot
 
-    for name in order if inputs is not None else ():
-        value = inputs[name]
-        if isinstance(value, torch.Tensor):
-            in_slots.append(place(name, value))
-        elif value is None or isinstance(value, (bool, int, float, str)):
-            scalars.append((name, value))
-        else:
-            raise ExchangeError(f"input {name} is a {type(value).__name__}; only tensors and scalars are shared")
+    if inputs is not None:
+        for name in order:
+            value = inputs[name]
+            if isinstance(value, torch.Tensor):
+                in_slots.append(place(name, value))
+            elif value is None or isinstance(value, (bool, int, float, str)):
+                scalars.append((name, value))
+            else:
+                raise ExchangeError(f"input {name} is a {type(value).__name__}; only tensors and scalars are "
+                                    f"shared")
     for name, t in zip(output_names, outputs):
         if not isinstance(t, torch.Tensor):
             raise ExchangeError(f"output {name} is a {type(t).__name__}; only tensor outputs have slots")
@@ -129,21 +132,22 @@ class SharedCall:
 
     def __init__(self, layout: Layout, inputs: dict[str, Any] | None = None):
         self.layout = layout
-        self.fd: int | None = os.memfd_create("ksearch-exchange", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        fd = os.memfd_create("ksearch-exchange", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        self.fd: int | None = fd
         try:
-            os.ftruncate(self.fd, layout.size)
+            os.ftruncate(fd, layout.size)
             # Its size is fixed for good: a candidate that shrank the file would make the judge's own
             # reads of its mapping fault (SIGBUS) instead of failing the candidate.
-            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-            self._mm: mmap.mmap | None = mmap.mmap(self.fd, layout.size)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+            self._mm: mmap.mmap | None = mmap.mmap(fd, layout.size)
         except BaseException:
-            os.close(self.fd)
+            os.close(fd)
             raise
         self._inputs = [_view(self._mm, s) for s in layout.inputs]
         self._outputs = [_view(self._mm, s) for s in layout.outputs]
         for slot, view in zip(layout.inputs, self._inputs):
             if slot.nbytes:
-                view.copy_(inputs[slot.name].detach().to("cpu"))     # type: ignore[index]
+                view.copy_(inputs[slot.name].detach().to("cpu"))  # type: ignore[index]  # input slots: inputs given
         for view in self._outputs:
             if view.numel():
                 _raw(view).fill_(UNWRITTEN)
@@ -151,6 +155,8 @@ class SharedCall:
     def hand_over(self, sock: socket.socket) -> None:
         """Send the descriptor (after the request itself); the judge keeps only its mapping."""
         fd, self.fd = self.fd, None
+        if fd is None:
+            raise ExchangeError("this call's descriptor was handed over already")
         try:
             socket.send_fds(sock, [_FD_MARK], [fd])
         finally:
@@ -185,7 +191,7 @@ class SharedCall:
             except BufferError:         # a view is still referenced somewhere: the mapping dies with it
                 pass
 
-    def __enter__(self) -> "SharedCall":
+    def __enter__(self) -> SharedCall:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -46,19 +46,19 @@ import socket
 import statistics
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ksearch.eval.trusted import exchange
 from ksearch.eval import wire
 from ksearch.eval.clocks.gputime import per_call_ms
-from ksearch.eval.trusted.job import Job
 from ksearch.eval.clocks.noise import noise_floor, relative_spread
-from ksearch.eval.report import (CANDIDATE_STATUSES, EvalReport, Metric, Status, TimingMethod,
-                                 WorkloadResult)
+from ksearch.eval.report import CANDIDATE_STATUSES, EvalReport, Metric, Status, TimingMethod, WorkloadResult
+from ksearch.eval.trusted import exchange
+from ksearch.eval.trusted.job import Job
 from ksearch.eval.trusted.rules import check_outputs, normalize_outputs
 from ksearch.task import Task, Workload, load_task
 
@@ -227,7 +227,7 @@ class Judge:
             t0 = time.perf_counter()
             try:
                 c.child.conn.send(dict(req, shared=True))
-                shared.hand_over(c.sock)
+                shared.hand_over(c.sock)    # type: ignore[arg-type]  # start() opened it before any request
             except (EOFError, OSError, BrokenPipeError):
                 c.died = True
                 raise self._died(c) from None
@@ -380,7 +380,7 @@ class Judge:
         c.prev_outputs = outs
         return ms
 
-    def _bytes(self, specs: list[Any], w: Workload) -> int:
+    def _bytes(self, specs: Sequence[Any], w: Workload) -> int:
         axes = {**self.task.definition.const_axes(), **w.axes}
         total = 0
         for spec in specs:
@@ -546,7 +546,8 @@ class Judge:
         if why is None:
             return
         if not why:
-            judged = per_call_ms(self._probe.ms, n, costs.besides_calls(n, costs.flush_ms))
+            judged = per_call_ms(self._probe.ms, n,  # type: ignore[union-attr]  # set when _capture returns ""
+                                 costs.besides_calls(n, costs.flush_ms))
             need = self._calls(w, max(judged, 1e-4), GRAPH_TARGET_MS, costs, 1)
             if need > 1.5 * n:
                 n = need
@@ -670,14 +671,15 @@ class Judge:
                 for t in range(self.job.check_trials):
                     k = t % len(alive)
                     for c in alive[k:] + alive[:k]:
-                        self._guarded(c, w, lambda c=c: check_ms[c.sid].append(ms)
-                                      if (ms := self.check(c, w, t)) is not None else None)
+                        self._guarded(c, w, lambda c=c: check_ms[c.sid].append(ms)  # noqa: B023 - run at once
+                                      if (ms := self.check(c, w, t)) is not None else None)  # noqa: B023 - run at once
                 for c in alive:
                     if c.ok:
                         if self.on_gpu:
-                            self._guarded(c, w, lambda c=c: self.time_gpu(c, w))
+                            self._guarded(c, w, lambda c=c: self.time_gpu(c, w))  # noqa: B023 - run at once
                         else:
-                            self._guarded(c, w, lambda c=c: self.time_cpu(c, w, check_ms[c.sid]))
+                            self._guarded(c, w,
+                                          lambda c=c: self.time_cpu(c, w, check_ms[c.sid]))  # noqa: B023 - run at once
         finally:
             for c in self.cands:
                 self._end(c)
@@ -707,7 +709,7 @@ class Judge:
         except CandidateGone as e:
             c.fail(e.status, e.message, w.name, log=e.message)
             self._end(c)
-        except Exception as e:      # the judge's own step failed (its reference, a CUDA error here)
+        except Exception as e:      # noqa: BLE001 - the judge's own step failed (its reference, a CUDA error here)
             c.fail(Status.RUNTIME_ERROR, f"evaluation failed on {w.name}: {type(e).__name__}: {e}"[:1500], w.name,
                    log=traceback.format_exc())
             self._end(c)
@@ -725,25 +727,25 @@ class Judge:
             try:
                 child.conn.send({"op": "stop"})
                 wire.receive(child.conn, 5.0)
-            except Exception:
+            except Exception:  # noqa: BLE001 - teardown of a child that may be gone: best effort
                 pass
         try:
             child.kill()
-        except Exception:
+        except Exception:  # noqa: BLE001 - teardown of a child that may be gone: best effort
             pass
         exit_note = ""
         try:
             exit_note = child.exit_description()
-        except Exception:
+        except Exception:  # noqa: BLE001 - teardown of a child that may be gone: best effort
             pass
         out = ""
         try:
             out, nbytes = child.output()
-        except Exception:
+        except Exception:  # noqa: BLE001 - teardown of a child that may be gone: best effort
             nbytes = 0
         try:
             refused = list(child.audit_violations())
-        except Exception:
+        except Exception:  # noqa: BLE001 - teardown of a child that may be gone: best effort
             refused = []
         if refused:
             why = "the sandbox refused: " + "; ".join(sorted(set(refused)))[:1200]
@@ -765,7 +767,7 @@ class Judge:
 
         try:
             env = describe(self.device)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - the environment is a note: its failure is recorded
             env = {"device": self.device, "error": f"{type(e).__name__}: {e}"}
         env["input_nonce"] = self.nonce
         env["metric"] = self.job.metric

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import resource
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 
@@ -48,7 +48,7 @@ def _scrub_cuda(sizes: list[int]) -> None:
     try:
         blocks = [b["size"] for seg in torch.cuda.memory_snapshot() for b in seg.get("blocks", [])
                   if b.get("state") == "inactive"]
-    except Exception:           # an allocator without snapshots: fall back to output-sized blocks
+    except Exception:           # noqa: BLE001 - an allocator without snapshots: fall back to output-sized blocks
         blocks = []
     hold = []
     for n in sorted(blocks, reverse=True)[:MAX_SCRUB_BLOCKS] + [n for n in sizes for _ in range(2)]:

@@ -53,7 +53,7 @@ def check_outputs(got: list[Any], want: list[Any], names: list[str], *, atol: fl
         raise ValueError(f"unknown element rule {rule!r}; known: flashinfer, allclose")
     worst = CheckResult(Status.PASSED)
     for name, x, y in zip(names, got, want):
-        if type(x) is not torch.Tensor:        # noqa: E721 - exact type: subclasses can fake the checks
+        if type(x) is not torch.Tensor:        # the exact type: subclasses can fake the checks
             what = "a torch.Tensor subclass" if isinstance(x, torch.Tensor) else "not a tensor"
             return CheckResult(Status.INCORRECT_SHAPE, f"{name}: expected a plain torch.Tensor, got "
                                                   f"{type(x).__name__} ({what})")

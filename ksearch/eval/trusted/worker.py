@@ -34,7 +34,7 @@ def _die_with_parent(parent: int) -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)          # PR_SET_PDEATHSIG
-    except Exception:
+    except Exception:  # noqa: BLE001 - no prctl: the parent check below still applies
         pass
     if os.getppid() != parent:                         # the parent died before prctl took effect
         os._exit(1)
@@ -43,12 +43,13 @@ def _die_with_parent(parent: int) -> None:
 def _flush_and_mark(token: str) -> None:
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
-            stream.flush()
-        except Exception:
+            if stream is not None:
+                stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream must not stop the marker
             pass
     try:
         ctypes.CDLL(None).fflush(None)
-    except Exception:
+    except Exception:  # noqa: BLE001 - no libc fflush: best effort
         pass
     try:
         os.write(1, MARKER % token.encode())
@@ -101,7 +102,7 @@ def serve(conn: Any) -> None:
                 reply = ("ok", None)
             else:
                 reply = ("error", f"unknown job kind {kind!r}")
-        except Exception:
+        except Exception:  # noqa: BLE001 - any failure of a job goes back to the parent as its traceback
             reply = ("error", traceback.format_exc())
         _flush_and_mark(token)
         conn.send((token, *reply))
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     conn = Connection(int(config["fd"]))
     try:
         _setup(config)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a setup failure ends the worker with its traceback on stderr
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(3)
