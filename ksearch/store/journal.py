@@ -194,7 +194,7 @@ class Journal:
         With a `cycle`, the record belongs to that action cycle's work and is matched by (kind, cycle, key)
         wherever it is in the file; it may be called from the cycle's own thread."""
         assert record.ROLE is Role.ANSWER, f"{record.kind} records are not answers"
-        key, cycle = str(record.key), getattr(record, "cycle", None)   # every Answer kind has a key
+        key, cycle = str(record.key), getattr(record, "cycle", None)  # type: ignore[attr-defined]  # every Answer kind declares a key
         if cycle is not None:
             with self._lock:
                 queue = self._by_cycle.get((record.kind, int(cycle), key))
