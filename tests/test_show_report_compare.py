@@ -1,6 +1,6 @@
 """Looking at runs: the typed history reader, `show` (tree, filters, one node), `report` and `compare`.
 
-One real CPU run (4 rounds, built once for the module) checks the commands end to end; small hand-written
+One real CPU run (4 rounds, conftest's real_run, built once per session) checks the commands end to end; small hand-written
 journals check what a real run rarely produces: a torn last line, record kinds this version does not
 know, model costs, failed cycles, and the predicted-vs-measured arithmetic.
 """
@@ -15,96 +15,8 @@ from ksearch.cli.main import main
 from ksearch.store import NotARunError, load_history
 from ksearch.store import records as R
 from ksearch.viz.speedups import prediction_points
-from ksearch.world_model import Action, AttachedSolution, Node
-
-_RECORDED: dict[str, Path] = {}
-
-
-def recorded_run(tmp_path_factory) -> Path:
-    """A real tiny CPU search (4 rounds), made once per test session and shared by the view tests
-    (test_show_width, test_tui, test_html_report import it). Tests only read it or copy it."""
-    if "real" not in _RECORDED:
-        path = tmp_path_factory.mktemp("runs") / "real"
-        assert main(["run", f"run.dir={path}", "search.max_rounds=4", "run.live=false"]) == 0
-        _RECORDED["real"] = path
-    return _RECORDED["real"]
-
-
-@pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    return recorded_run(tmp_path_factory)
-
-
-# ---- a hand-written run -------------------------------------------------------------------------------
-def _node(node_id, parent, expected=None, score=None, sid=None, parent_sid=None, **kw):
-    action = Action(title=f"do {node_id}", expected_speedup=expected) if parent else None
-    sol = AttachedSolution(sid, parent_sid, 1, "PASSED", score) if score is not None else None
-    return Node(node_id, parent, decision="step", choice=f"choice {node_id}", action=action, solution=sol,
-                **kw).to_json()
-
-
-def _eval(seq, t, rnd, node, sid, score, status="PASSED", elapsed=2.0):
-    value = {"solution_id": sid, "status": status, "device": "cpu", "elapsed_s": elapsed,
-             "workloads": [{"workload": "w1", "status": status, "latency_ms": 1.0 / score if score else None,
-                            "message": "" if status == "PASSED" else "boom", "brand_new_field": 1}],
-             "score": score, "score_name": "geomean_speedup", "baseline": "scripted",
-             "speedups": {"w1": score} if score else {}, "field_from_the_future": True}
-    return {"seq": seq, "kind": "evaluation", "t": t, "key": f"{sid}@{rnd}", "round": rnd, "node_id": node,
-            "attempt": 1, "solution_id": sid, "value": value}
-
-
-def write_synthetic_run(path: Path, *, ended=True, torn=True) -> Path:
-    """root -> a (pred 1.5x, score 1.2) -> b (pred 2.0x over a, score 1.8); c failed twice and was retired."""
-    path.mkdir(parents=True)
-    (path / "solutions").mkdir()
-    (path / "solutions" / "sa.py").write_text("def run():\n    return 1\n")
-    (path / "solutions" / "sb.py").write_text("def run():\n    return 2\n")
-    (path / "config.yaml").write_text("task:\n  name: toy_task\nllm:\n  kind: litellm\n  model: openai/x\n"
-                                      "search:\n  policy: greedy\nrun:\n  seed: 3\n")
-    tree = {"kernel_summary": "toy", "open_questions": [], "active_leaf_id": "b", "nodes": [
-        _node("root", None, notes="root"),
-        _node("a", "root", 1.5, 1.2, "sa"),
-        _node("b", "a", 2.0, 1.8, "sb", "sa", notes="the model thinks b is good"),
-        _node("c", "root", 3.0, retired=True, failed_cycles=2, attempts=2),
-        _node("d", "a", 1.1),
-    ]}
-    model_value = {"text": "{}", "model": "openai/x",
-                   "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120, "cost_usd": 0.25}}
-    recs = [
-        {"seq": 0, "kind": "run_start", "t": 1000.0, "task": "toy_task", "workload_set": "tiny", "device": "cpu",
-         "model": "openai/x"},
-        {"seq": 0.5, "kind": "fork", "t": 1000.5, "from": "/runs/src", "node": "n3", "seed": {}},
-        {"seq": 1, "kind": "baseline", "t": 1001.0, "key": "k",
-         "value": {"device": "cpu", "variants": {"ref": {"w1": 1.0}}, "label": "scripted"}},
-        {"seq": 2, "kind": "model", "t": 1002.0, "key": "m1", "request": {"purpose": "init"}, "value": model_value},
-        {"seq": 3, "kind": "config", "t": 1002.5, "config": {"search": {"max_rounds": 9}},
-         "changed": {"search.max_rounds": [12, 9]}},
-        _eval(4, 1010.0, 1, "a", "sa", 1.2),
-        {"seq": 5, "kind": "best", "t": 1010.5, "solution_id": "sa", "score": 1.2, "node_id": "a", "round": 1},
-        {"seq": 6, "kind": "model", "t": 1011.0, "key": "m2", "request": {"purpose": "action"}, "value": model_value},
-        _eval(7, 1020.0, 2, "c", "sc", None, status="RUNTIME_ERROR"),
-        {"seq": 8, "kind": "cycle_failed", "t": 1021.0, "node_id": "c", "retired": True, "status": "RUNTIME_ERROR"},
-        {"seq": 9, "kind": "bad_code", "t": 1022.0, "round": 3, "error": "no code"},
-        {"seq": 10, "kind": "remeasure", "t": 1023.0, "key": "r", "value": {"whatever": 1}},
-        _eval(11, 1030.0, 4, "b", "sb", 1.8),
-        {"seq": 12, "kind": "best", "t": 1030.5, "solution_id": "sb", "score": 1.8, "node_id": "b", "round": 4},
-        {"seq": 12.5, "kind": "not_best", "t": 1030.7, "solution_id": "sx", "score": 1.81, "incumbent": "sb"},
-        {"seq": 12.7, "kind": "mystery_kind", "t": 1030.8, "payload": [1, 2]},
-        {"seq": 13, "kind": "edit", "t": 1031.0, "purpose": "after_success", "ok": False, "errors": ["bad | op"]},
-        {"seq": 14, "kind": "tree", "t": 1032.0, "round": 4, "tree": tree},
-    ]
-    if ended:
-        recs.append({"seq": 15, "kind": "run_end", "t": 1040.0, "stop": "round budget used", "evaluations": 3})
-    text = "".join(json.dumps(r) + "\n" for r in recs)
-    if torn:
-        text += '{"seq": 16, "kind": "evalua'          # killed mid-write
-    (path / "journal.jsonl").write_text(text)
-    return path
-
-
-@pytest.fixture
-def toy_run(tmp_path):
-    return write_synthetic_run(tmp_path / "toy")
+from ksearch.world_model import Action, Node
+from tests.fakes import node_json, write_synthetic_run
 
 
 # ---- the history reader -------------------------------------------------------------------------------------
@@ -180,8 +92,8 @@ def test_predictions_look_through_split_nodes_and_prefer_the_frozen_one():
     from ksearch.world_model import WorldModel
     from ksearch.world_model.facts import families, predicted_speedup
 
-    tree = {"nodes": [_node("root", None), Node("s", "root", decision="split").to_json(),
-                      _node("a", "s", 1.5, 1.2, "sa"), _node("b", "a", 2.0, 1.8, "sb")]}
+    tree = {"nodes": [node_json("root", None), Node("s", "root", decision="split").to_json(),
+                      node_json("a", "s", 1.5, 1.2, "sa"), node_json("b", "a", 2.0, 1.8, "sb")]}
     wm = WorldModel.from_json(tree)
     points = {p.node_id: p for p in prediction_points(wm)}
     assert points["a"].measured == pytest.approx(1.2) and points["a"].parent_score == 1.0

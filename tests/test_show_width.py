@@ -4,7 +4,6 @@ import re
 import shutil
 
 import networkx as nx
-import pytest
 
 from ksearch.cli.main import main
 from ksearch.store import load_history, read_records
@@ -13,14 +12,11 @@ from ksearch.store.best_manifest import BestKind, manifest_from_history
 from ksearch.store.short_ids import ShortIds
 from ksearch.viz.tree_view import render_tree
 from ksearch.world_model.facts import families
-from tests.test_show_report_compare import recorded_run, write_synthetic_run
+from tests.fakes import write_synthetic_run
 
 _ID = re.compile(r"(?:^|[─━] )(n\d+) ")
 
 
-@pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    return recorded_run(tmp_path_factory)
 
 
 def _tree_lines(out: str) -> list[str]:
