@@ -15,6 +15,7 @@ import pytest
 from ksearch.store import read_records
 from ksearch.store import records as R
 from ksearch.world_model import WorldModel
+from tests.fakes import journal_lines
 
 CLI = [sys.executable, "-m", "ksearch.cli.main"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -30,11 +31,6 @@ def _decisions(run: Path) -> list[tuple]:
     return out
 
 
-def _lines(run: Path) -> int:
-    p = run / "journal.jsonl"
-    return p.read_bytes().count(b"\n") if p.exists() else 0
-
-
 KILLS = 10          # each kill lands at a random point; ten keep the suite inside CI's budget
 
 
@@ -47,7 +43,7 @@ def test_ten_kills_then_resume_match_an_uninterrupted_replay(tmp_path):
     straight = tmp_path / "straight"
     subprocess.run(CLI + ["run", f"run.dir={straight}", rounds, "run.live=false", f"llm.replay={recording}"],
                    env=ENV, check=True, capture_output=True, timeout=600)
-    total = _lines(straight)
+    total = journal_lines(straight)
 
     rng = random.Random(7)
     killed = tmp_path / "killed"
@@ -59,9 +55,9 @@ def test_ten_kills_then_resume_match_an_uninterrupted_replay(tmp_path):
                                 start_new_session=True)
         if kills < KILLS:
             # kill once the journal has grown by a random few records (or at a random moment of start-up)
-            start, grow = _lines(killed), rng.randint(0, 3)
+            start, grow = journal_lines(killed), rng.randint(0, 3)
             deadline = time.time() + 120
-            while time.time() < deadline and proc.poll() is None and _lines(killed) < start + grow:
+            while time.time() < deadline and proc.poll() is None and journal_lines(killed) < start + grow:
                 time.sleep(0.005)
             time.sleep(rng.uniform(0, 0.05))
             if proc.poll() is None:
@@ -73,7 +69,7 @@ def test_ten_kills_then_resume_match_an_uninterrupted_replay(tmp_path):
         assert proc.returncode == 0, err.decode()[-2000:]
         break
     assert kills == KILLS
-    assert _decisions(killed) == _decisions(straight) and _lines(killed) == total
+    assert _decisions(killed) == _decisions(straight) and journal_lines(killed) == total
     recs = read_records(killed / "journal.jsonl")[0]
     evals = [r.key for r in R.of_kind(recs, R.Evaluation)]
     models = [r.seq for r in R.of_kind(recs, R.ModelCall)]

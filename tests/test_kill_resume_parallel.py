@@ -10,21 +10,16 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from ksearch.store import read_records
+from tests.fakes import journal_lines
 from tests.test_parallel import check_journal, cycle_work, owner_decisions
 
 CLI = [sys.executable, "-m", "ksearch.cli.main"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 SETTINGS = ["search.max_rounds=6", "search.parallel=3", "run.live=false"]
-
-
-def _lines(run: Path) -> int:
-    p = run / "journal.jsonl"
-    return p.read_bytes().count(b"\n") if p.exists() else 0
 
 
 @pytest.mark.slow
@@ -45,9 +40,9 @@ def test_kills_then_resume_of_a_parallel_run(tmp_path):
         proc = subprocess.Popen(CLI + args, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 start_new_session=True)
         if kills < 6:
-            start, grow = _lines(killed), rng.randint(0, 4)
+            start, grow = journal_lines(killed), rng.randint(0, 4)
             deadline = time.time() + 120
-            while time.time() < deadline and proc.poll() is None and _lines(killed) < start + grow:
+            while time.time() < deadline and proc.poll() is None and journal_lines(killed) < start + grow:
                 time.sleep(0.005)
             time.sleep(rng.uniform(0, 0.05))
             if proc.poll() is None:

@@ -17,6 +17,7 @@ from ksearch.cli.main import main
 from ksearch.store import Journal, read_records
 from ksearch.store import records as R
 from ksearch.store.shutdown import EXIT_DISK_FULL, EXIT_TERMINATED, terminated_message
+from tests.fakes import journal_lines
 
 CLI = [sys.executable, "-m", "ksearch.cli.main"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,11 +27,6 @@ ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
 
 def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
-
-
-def _records(run: Path) -> int:
-    p = run / "journal.jsonl"
-    return p.read_bytes().count(b"\n") if p.exists() else 0
 
 
 def _assert_whole_and_sequential(run: Path) -> list[R.Record]:
@@ -165,7 +161,7 @@ def test_sigterm_ends_a_run_with_one_line_kills_its_workers_and_resume_finishes(
     try:
         deadline = time.time() + 300
         workers: set[int] = set()
-        while proc.poll() is None and time.time() < deadline and not (workers and _records(run) >= 3):
+        while proc.poll() is None and time.time() < deadline and not (workers and journal_lines(run) >= 3):
             workers |= _descendants(proc.pid)          # the evaluator's workers, once it has started them
             time.sleep(0.05)
         assert proc.poll() is None and workers, "the run ended before it could be stopped"
@@ -198,7 +194,7 @@ def test_sigterm_ends_a_sweep_with_one_line_and_marks_the_arm_interrupted(tmp_pa
                             text=True, start_new_session=True)
     try:
         deadline = time.time() + 300
-        while proc.poll() is None and time.time() < deadline and _records(root / "0_seed-0") < 3:
+        while proc.poll() is None and time.time() < deadline and journal_lines(root / "0_seed-0") < 3:
             time.sleep(0.05)
         assert proc.poll() is None, "the sweep ended before it could be stopped"
         proc.send_signal(signal.SIGTERM)
