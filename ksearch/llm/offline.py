@@ -98,6 +98,16 @@ def valid_knobs(family: Family, knobs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _open_actions_of(nodes: dict[str, Any], families: set[str],
+                     ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Nodes with an action of one of `families` still to try (no solution, not retired) that no op of
+    this edit updates already: the ones a boost of those families may raise."""
+    touched = {op.get("node_id") for op in ops if op.get("op") == "update_node"}
+    return [n for n in nodes.values()
+            if n.get("action") and not n.get("solution") and not n.get("retired") and n["node_id"] not in touched
+            and n["action"].get("params", {}).get("family") in families]
+
+
 class OfflineModel:
     """Deterministic catalog-driven model. `name` appears in the journal and on solutions."""
 
@@ -225,16 +235,12 @@ class OfflineModel:
         improving that region improves the shape-dispatched solution most."""
         if not family:
             return []
-        touched = {op.get("node_id") for op in ops if op.get("op") == "update_node"}
         out = []
-        for n in nodes.values():
-            act = n.get("action")
-            if not act or n.get("solution") or n.get("retired") or n["node_id"] in touched:
-                continue
-            if act.get("params", {}).get("family") == family:
-                new = round(min(1.0, act["score"] * 1.15), 4)
-                if abs(new - act["score"]) > 1e-4:
-                    out.append({"op": "update_node", "node_id": n["node_id"], "patch": {"action": {"score": new}}})
+        for n in _open_actions_of(nodes, {family}, ops):
+            act = n["action"]
+            new = round(min(1.0, act["score"] * 1.15), 4)
+            if abs(new - act["score"]) > 1e-4:
+                out.append({"op": "update_node", "node_id": n["node_id"], "patch": {"action": {"score": new}}})
         return out
 
     @staticmethod
@@ -244,18 +250,11 @@ class OfflineModel:
         if Hint.FUSED_FAMILY not in advice.hints:
             return []
         fused = {f.name for f in cat.families if is_fused(f) and f.name != family}
-        touched = {op.get("node_id") for op in ops if op.get("op") == "update_node"}
-        out = []
-        for n in nodes.values():
-            act = n.get("action")
-            if not act or n.get("solution") or n.get("retired") or n["node_id"] in touched:
-                continue
-            if act.get("params", {}).get("family") in fused:
-                out.append({"op": "update_node", "node_id": n["node_id"], "patch": {
-                    "action": {"score": round(min(1.0, act["score"] + FUSED_BOOST), 4)},
+        return [{"op": "update_node", "node_id": n["node_id"], "patch": {
+                    "action": {"score": round(min(1.0, n["action"]["score"] + FUSED_BOOST), 4)},
                     "notes": (n.get("notes", "") + f"\nPROFILE of a sibling family: {'; '.join(advice.reasons)}; "
-                              f"this family is one launch per call").strip()}})
-        return out
+                              f"this family is one launch per call").strip()}}
+                for n in _open_actions_of(nodes, fused, ops)]
 
     @staticmethod
     def _rerate(node: dict[str, Any], score: float, best: float | None, ctx: dict[str, Any]) -> dict[str, Any]:
