@@ -39,6 +39,7 @@ def spawn_daemons(conn, payload: dict) -> None:
     conn.send([_global_pid(), *pids])
     if payload["hang"]:
         time.sleep(600)
+    conn.recv()                                 # ends only once the test has seen it alive (no race)
 
 
 def try_network(conn, port: int) -> None:
@@ -83,6 +84,7 @@ def test_setsid_and_double_fork_do_not_survive(server, tmp_path, hang):
         assert child.wait(0.5) is None
         child.kill()
     else:
+        child.conn.send("end")
         assert child.wait(30) is not None
     # the exit is reported only once everything is gone: no waiting needed
     assert [p for p in tree if reaper.alive(p)] == []
