@@ -5,7 +5,9 @@ kernel's family and knob settings, the region ("all" for the whole workload set,
 task's shape space), the status and score, the hardware profile (JSON, or NULL), and which run, kernel
 and round it came from. Rows are only ever added (or cleared by the user).
 
-Concurrency and crashes: the file is in WAL mode, every write is one short IMMEDIATE transaction, and a
+Concurrency and crashes: opening (switching to WAL, creating the schema) is done under an exclusive lock
+on a sidecar file, because two connections switching a fresh file to WAL at once deadlock and SQLite then
+fails one at once instead of waiting. After that the file is in WAL mode, every write is one short IMMEDIATE transaction, and a
 busy timeout makes a writer wait for another instead of failing, so runs writing at once lose nothing; a
 run killed mid-way loses at most the evaluation it was writing. A row is keyed by (run, kernel, round,
 region) and added with INSERT OR IGNORE, so writing the same evaluation again (a resumed run replaying
@@ -14,12 +16,14 @@ its journal) is harmless.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,6 +120,18 @@ class _Immediate:
         self.db.execute("COMMIT" if kind is None else "ROLLBACK")
 
 
+@contextmanager
+def _opening_lock(path: Path) -> Iterator[None]:
+    """An exclusive flock on `<store>.lock` for the length of opening: openers (processes or threads) take
+    turns, writers that are already open are not held up (they never take it)."""
+    fd = os.open(path.parent / (path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 class KnowledgeStore:
     def __init__(self, path: Path | str, *, busy_timeout_s: float = BUSY_TIMEOUT_S):
         self.path = Path(path).expanduser()
@@ -128,24 +144,30 @@ class KnowledgeStore:
             raise StoreError(f"cannot open the knowledge store {self.path} ({e})") from None
         self._db.row_factory = sqlite3.Row
         try:
-            self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = NORMAL")
-            with self._write():
-                version = self._db.execute("PRAGMA user_version").fetchone()[0]
-                if version > SCHEMA_VERSION:
-                    raise StoreError(f"{self.path} was written by a newer ksearch (schema {version}); "
-                                     f"upgrade ksearch or point memory.path= elsewhere")
-                for statement in filter(str.strip, _SCHEMA.split(";")):
-                    self._db.execute(statement)
-                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            with _opening_lock(self.path):
+                self._prepare(busy_timeout_s)
         except StoreError:
             self._db.close()
             raise
-        except sqlite3.Error as e:
+        except (OSError, sqlite3.Error) as e:
             self._db.close()
             raise StoreError(f"{self.path} is not a usable knowledge store ({e}); remove it or point "
                              f"memory.path= elsewhere") from None
+
+    def _prepare(self, busy_timeout_s: float) -> None:
+        """WAL mode and the schema; run by one opener at a time (see _opening_lock)."""
+        self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        if self._db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        with self._write():
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"{self.path} was written by a newer ksearch (schema {version}); "
+                                 f"upgrade ksearch or point memory.path= elsewhere")
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                self._db.execute(statement)
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     # ---- writing ----------------------------------------------------------------------------------
     def _write(self) -> _Immediate:
