@@ -13,6 +13,7 @@ from ksearch.config import Config
 from ksearch.eval.parent.static_checks import StaticCheckConfig, check_source
 from ksearch.eval.report import EvalReport, WorkloadResult
 from ksearch.eval.trusted.rules import check_outputs
+from ksearch.instantiate import dispatch
 from ksearch.instantiate.dispatch import DispatchError, Member, axis_sources, compose, namespace_module
 from ksearch.instantiate.loader import load_module_from_source
 from ksearch.llm.offline import OfflineModel, read_plan_header
@@ -147,6 +148,42 @@ def _run(path, ev, validate="auto"):
         j.close()
 
 
+def test_the_choice_is_cached_by_shape_after_the_first_call_and_stays_bounded():
+    tiny = _task.workload_set("tiny")
+    long_one = next(w for w in tiny if w.name == "tiny_b1_l320")
+    mod = load_module_from_source(_compose([(long_one, "b")]), name_hint="dispatch_cache_test")
+    calls, regions = [], []
+    mod._TABLE = {k: (lambda *a, **kw: calls.append("b")) for k in mod._TABLE}   # members stand in
+    mod._FALLBACK = lambda *a, **kw: calls.append("a")
+    region = mod._region
+    mod._region = lambda inputs: regions.append(1) or region(inputs)
+    inputs = {w.name: _task.make_inputs(w, device="cpu", seed=0) for w in tiny}
+    for _ in range(3):
+        for w in tiny:
+            calls.clear()
+            mod.run(**inputs[w.name])
+            assert calls == ["b" if w is long_one else "a"], w.name
+    assert len(regions) == len(mod._CHOSEN) <= len(tiny)     # the region is computed once per shape
+    mod._CHOSEN.clear()
+    mod._CHOSEN.update({("stale", i): None for i in range(dispatch.CHOICE_CACHE_LIMIT)})
+    mod.run(**inputs[long_one.name])                          # a shape not in the full cache
+    assert len(mod._CHOSEN) == 1 and calls[-1] == "b"        # cleared, then the new shape's choice
+
+
+def test_each_generator_version_gives_its_own_text_and_an_unknown_one_is_refused():
+    tiny = _task.workload_set("tiny")
+    table = [(next(w for w in tiny if w.name == "tiny_b1_l320"), "b")]
+    members = [Member("a", _catalog.render("split_kv", {})), Member("b", _catalog.render("grouped_heads", {}))]
+    scheme = scheme_of(_task)
+    args = (members, {scheme.index_of_axes(dict(w.axes)): sid for w, sid in table}, "a", scheme,
+            _task.definition.input_names, axis_sources(_task.definition), TASK)
+    v1, v2 = compose(*args, version=1), compose(*args, version=2)
+    assert "_CHOSEN" not in v1 and "_CHOSEN" in v2 and compose(*args) == v2 == compose(*args, version=2)
+    assert v1.split("# ---- dispatch")[0] == v2.split("# ---- dispatch")[0]       # members are untouched
+    with pytest.raises(DispatchError, match="version 3"):
+        compose(*args, version=3)
+
+
 def test_search_ends_with_a_dispatched_best_that_replays(tmp_path):
     ev = RegionalEvaluator(None)
     out = _run(tmp_path / "r", ev)
@@ -157,6 +194,7 @@ def test_search_ends_with_a_dispatched_best_that_replays(tmp_path):
     assert out.best.solution_id == disp[0].solution_id and out.best.validate_score is not None
     best_src = (tmp_path / "r" / "best" / "solution.py").read_text()
     assert best_src.startswith("# ksearch-dispatch: ") and "def run(" in best_src
+    assert recs[0].generators == dispatch.current_generators() and "_CHOSEN" in best_src   # a new run: the newest
     model_reqs = [r for r in R.of_kind(recs, R.ModelCall) if "weakest_region" in (r.request["context"] or {})]
     assert model_reqs, "edits after two regions have a best carry the per-region evidence"
     ev2 = RegionalEvaluator(None)

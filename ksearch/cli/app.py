@@ -290,7 +290,7 @@ def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: A
     from ksearch.store import Journal, RunDir
     from ksearch.store.atomic import atomic_write
     from ksearch.store.fork import ForkError, load_fork, seed_from_own_journal
-    from ksearch.store.replay import RecordedEvaluator
+    from ksearch.store.replay import RecordedEvaluator, recorded_generators
     from ksearch.task import load_task
 
     c: Config = cfg  # type: ignore[assignment]
@@ -343,7 +343,9 @@ def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: A
     try:
         services = Services(model, evaluator, progress, memory) if progress is not None else \
             Services(model, evaluator, memory=memory)
-        search = Search(c, Target(task, workloads, set_name, device), services, run, journal, fork=fork)
+        generators = recorded_generators(Path(c.llm.replay)) if c.llm.replay else None
+        search = Search(c, Target(task, workloads, set_name, device), services, run, journal, fork=fork,
+                        generators=generators)
         return search.run()
     finally:
         evaluator.close()

@@ -11,9 +11,13 @@ like any other candidate.
 
 The generated `run(<definition inputs>)` reads only tensor *shapes* on the host (never index values:
 that would wait on the device), computes the region's bucket indices with the task's `RegionScheme`,
-and calls that region's kernel, or the fallback (the overall best) for regions without one. (A cache of
-that choice by shape would cut the host path further, but it changes every composed kernel and with it
-the solution ids a recorded run's resume must reproduce: it waits for a versioned generator.)
+and calls that region's kernel, or the fallback (the overall best) for regions without one.
+
+The generator is versioned, because a composed source is a solution id a recorded run's resume must
+reproduce: a run composes with the version it started with (RunStart.generators; runs recorded before
+versioning are version 1). Version 2 caches the choice by the shape values the regions read, so a call
+with shapes seen before costs one tuple and one dict lookup on top of the kernel's own run (issue 23:
+the host path of a dispatched solution).
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from ksearch.instantiate.language import CUDA, language_of
 from ksearch.task.regions import RegionScheme
 
 DISPATCH_HEADER = "# ksearch-dispatch: "
+GENERATOR_VERSION = 2          # what new runs compose with; 1 = no choice cache (runs recorded before it)
+VERSIONS = (1, 2)
+CHOICE_CACHE_LIMIT = 4096      # a serving loop sees a new total token count nearly every step: stay bounded
 
 
 class DispatchError(ValueError):
@@ -196,12 +203,17 @@ def namespace_module(source: str, prefix: str) -> tuple[list[ast.Import | ast.Im
 
 
 def compose(members: list[Member], table: dict[tuple[int, ...], str], fallback: str, scheme: RegionScheme,
-            input_names: list[str], axis_sources: dict[str, tuple[int, int]], task: str) -> str:
+            input_names: list[str], axis_sources: dict[str, tuple[int, int]], task: str,
+            version: int = GENERATOR_VERSION) -> str:
     """The source of one solution: every member namespaced, plus a shape-only `run` dispatcher.
 
     table: bucket-index tuple (one index per scheme feature) -> solution id; fallback: the solution id
     used for every other region. axis_sources: axis -> (input position, dim) to read it from a shape.
+    version: the generator's version (see the module doc); a given version always gives the same text.
     """
+    if version not in VERSIONS:
+        raise DispatchError(f"dispatch generator version {version} is not one of {VERSIONS} (a newer ksearch "
+                            f"recorded this run: resume it with that version)")
     ids = [m.solution_id for m in members]
     if fallback not in ids or any(sid not in ids for sid in table.values()):
         raise DispatchError("the table and the fallback must name members")
@@ -259,13 +271,42 @@ def _region(inputs):
     return tuple(key)
 
 
-def run({args}):
-    kernel = _TABLE.get(_region(({args},)), _FALLBACK)
-    return kernel({args})
-'''
+''' + (_run_v1(args) if version == 1 else _run_v2(args, _choice_key(shapes, input_names)))
     plan = DISPATCH_HEADER + repr({"members": ids, "fallback": fallback,
                                    "table": {",".join(map(str, k)): v for k, v in sorted(table.items())}})
     return plan + "\n" + header + "\n".join(import_lines) + "\n\n\n" + "\n\n\n".join(bodies) + dispatcher
+
+
+def _run_v1(args: str) -> str:
+    return f'''def run({args}):
+    kernel = _TABLE.get(_region(({args},)), _FALLBACK)
+    return kernel({args})
+'''
+
+
+def _choice_key(shapes: dict[str, tuple[int, int]], input_names: list[str]) -> str:
+    """The tuple of shape values the regions read, as source (the choice cache's key)."""
+    dims = [f"{input_names[p]}.shape[{d}]" for _, (p, d) in sorted(shapes.items())]
+    return f"({', '.join(dims)},)" if dims else "()"
+
+
+def _run_v2(args: str, key: str) -> str:
+    return f'''# (the shape values the regions read) -> kernel: after the first call of a shape, dispatch is one lookup.
+_CHOSEN = {{}}
+
+
+def _choose(key, inputs):
+    if len(_CHOSEN) >= {CHOICE_CACHE_LIMIT}:
+        _CHOSEN.clear()
+    kernel = _CHOSEN[key] = _TABLE.get(_region(inputs), _FALLBACK)
+    return kernel
+
+
+def run({args}):
+    _key = {key}
+    _kernel = _CHOSEN.get(_key) or _choose(_key, ({args},))
+    return _kernel({args})
+'''
 
 
 def axis_sources(definition: Any) -> dict[str, tuple[int, int]]:
@@ -275,3 +316,8 @@ def axis_sources(definition: Any) -> dict[str, tuple[int, int]]:
         for dim, axis in enumerate(spec.shape or ()):
             out.setdefault(axis, (pos, dim))
     return out
+
+
+def current_generators() -> dict[str, int]:
+    """The versions of this ksearch's code generators, recorded at a run's start (RunStart.generators)."""
+    return {"dispatch": GENERATOR_VERSION}

@@ -137,6 +137,7 @@ class DispatchStep:
     evaluate: Callable[[Solution, str, int, int], EvalReport]   # (solution, node id, attempt, round), recorded
     write: Callable[[R.Record], R.Record]                       # the owner's record of what happened
     incumbent: Incumbent                                      # its held-out gate, and the only writer of best/
+    generator: int                                            # the dispatch generator's version (the run's)
 
 
 def finish_with_dispatch(step: DispatchStep, round_index: int) -> None:
@@ -155,7 +156,7 @@ def finish_with_dispatch(step: DispatchStep, round_index: int) -> None:
         members = [Member(s, _stored(step, s)) for s in members_ids]
         table = {b.index: b.solution_id for b in board.best.values()}
         source = compose(members, table, best.solution_id, scheme_of(task), task.definition.input_names,
-                         axis_sources(task.definition), task.name)
+                         axis_sources(task.definition), task.name, step.generator)
     except (DispatchError, OSError) as e:
         step.write(R.Dispatch(composed=False, reason=str(e)[:500]))
         return

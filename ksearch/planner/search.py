@@ -22,6 +22,7 @@ from typing import Any
 from ksearch.config import Config, to_plain
 from ksearch.eval.report import EvalReport
 from ksearch.instantiate import Solution
+from ksearch.instantiate.dispatch import current_generators
 from ksearch.interop.flashinfer_bench import solution_from_user_text
 from ksearch.knowledge.recall import render_recall
 from ksearch.planner.budget import BudgetSpent
@@ -77,8 +78,11 @@ class SearchOutcome:
 
 class Search:
     def __init__(self, cfg: Config, target: Target, services: Services, run: RunDir, journal: Journal,
-                 fork: ForkSeed | None = None):
+                 fork: ForkSeed | None = None, generators: dict[str, int] | None = None):
+        """generators: the code generators' versions a new run starts with (default: this ksearch's; a
+        replay of a recorded run passes the recording's, so its composed kernels come out the same)."""
         self.target, self.run_dir, self.journal, self.fork = target, run, journal, fork
+        self._new_generators = dict(generators) if generators is not None else current_generators()
         self.progress = services.progress
         # the best kernel per region of the shape space, fed by every evaluation of a node's step
         self.board = RegionBoard(target.task, target.workloads)
@@ -115,15 +119,22 @@ class Search:
         self.state.apply(rec)
         return rec.report
 
+    def _generator(self, name: str) -> int:
+        """The version of a code generator this run started with (1: recorded before generators had one)."""
+        start = self.state.start
+        return (start.generators if start is not None else self._new_generators).get(name, 1)
+
     # ---- set-up ---------------------------------------------------------------------------------------
     def _setup(self) -> None:
         first = self.journal.recorded[0] if self.journal.recorded else None
         if isinstance(first, R.RunStart) and first.config:
             self.segments.replay_first(first.config)   # replay the first segment as it ran
         t = self.target
+        generators = first.generators if isinstance(first, R.RunStart) else self._new_generators
         start = self.recorder.write(R.RunStart(task=t.task.name, workload_set=t.workload_set, device=t.device,
                                                workloads=[w.to_json() for w in t.workloads],
-                                               model=self.recorder.model.name, config=to_plain(self.cfg)))
+                                               model=self.recorder.model.name, config=to_plain(self.cfg),
+                                               generators=generators))
         if self.journal.dropped_bytes:
             self.progress.message(f"the journal's last line was torn ({self.journal.dropped_bytes} bytes, a crash "
                                   f"while writing) and was dropped; that step is redone")
@@ -200,7 +211,7 @@ class Search:
             epoch_at_stop = self.segments.epoch
             if self.validation.enabled:          # one solution dispatching among the per-region bests
                 step = DispatchStep(self.target.task, self.board, self.recorder.source, self._evaluate,
-                                    self.recorder.write, self.incumbent)
+                                    self.recorder.write, self.incumbent, self._generator("dispatch"))
                 finish_with_dispatch(step, max(state.rounds.next - 1, 0))
             self.recorder.write(R.RunEnd(stop=stop, evaluations=state.evaluation_count,
                                          best=state.best.to_json() if state.best else None,

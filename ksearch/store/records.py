@@ -92,6 +92,9 @@ class RunStart(Record):
     workloads: list[dict[str, Any]] = Field(default_factory=list)
     model: str = ""
     config: dict[str, Any] | None = None
+    # The code generators' versions the run started with (a generator's output is a solution id a resume
+    # must reproduce, so a run keeps its versions for good); absent in runs recorded before: all version 1.
+    generators: dict[str, int] = Field(default_factory=dict)
 
 
 class ConfigChange(Record):

@@ -18,6 +18,14 @@ from ksearch.eval.report import BaselineTimes, EvalReport
 from ksearch.store.journal import read_records
 
 
+def recorded_generators(recording: Path) -> dict[str, int]:
+    """The code generators' versions the recorded run started with ({}: recorded before they had versions,
+    i.e. version 1 of each)."""
+    records, _ = read_records(Path(recording) / "journal.jsonl")
+    first = records[0] if records else None
+    return dict(first.generators) if isinstance(first, R.RunStart) else {}
+
+
 class RecordedEvaluator:
     def __init__(self, recording: Path, live: Callable[[], Any], notify: Callable[[str], None] = print):
         records, _ = read_records(Path(recording) / "journal.jsonl")
