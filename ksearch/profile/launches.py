@@ -48,13 +48,15 @@ def _kineto_spans(prof: Any) -> list[GpuSpan]:
     return spans
 
 
-def profile_call(call: Callable[[], Any], sync: Callable[[], Any], flush: Callable[[], Any]) -> list[tuple[str, float]]:
-    """One call, L2 flushed before it, under the profiler's CUDA activity: its launches and their GPU µs."""
+def profile_call(call: Callable[[], Any], sync: Callable[[], Any], flush: Callable[[], Any],
+                 activities: tuple[str, ...] = ("CUDA",)) -> list[tuple[str, float]]:
+    """One call, L2 flushed before it, under the profiler's CUDA activity: its launches and their GPU µs.
+    (`activities`: ProfilerActivity names; a test on a CPU adds "CPU", which records no launches.)"""
     from torch.profiler import ProfilerActivity, profile
 
     flush()
     sync()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[getattr(ProfilerActivity, a) for a in activities]) as prof:
         result = call()
         sync()
     del result
