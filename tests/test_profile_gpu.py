@@ -40,8 +40,6 @@ def test_a_gpu_evaluation_of_a_triton_candidate_carries_a_profile_table():
         table = render_profile(reading)
         assert "occupancy" in table and "% of limit" in table and p.kernels[0].name in table
         print(f"\n{report.solution_id}:\n{table}\nnote: {report.profile_note}")
-    split, fused = (r.profile["workloads"][0]["launches"] for r in reports)
-    assert len(fused) <= len(split)                 # the fused family launches no more kernels per call
 
 
 def test_the_profiler_pass_sees_every_launch_of_a_call():
