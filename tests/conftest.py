@@ -15,6 +15,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # The GPU host (an offline image plus ../shared/gpu/bundle.sh) has no Textual or Ray: `pytest -m gpu` there
 # must still collect. Their tests are CPU tests, run where the dev extras are installed (CI always is).
 collect_ignore = [path for path, module in (("test_tui.py", "textual"), ("test_narrow_layouts.py", "textual"),
+                                            ("test_profile_views.py", "textual"),
                                             ("test_ray_pool.py", "ray"))
                   if importlib.util.find_spec(module) is None]
 

@@ -1,4 +1,9 @@
-"""Hardware feedback per evaluation: a typed profile, a compact table of it, and what it suggests."""
+"""Hardware feedback per evaluation: a typed profile, a compact table of it, and what it suggests.
+
+Collected on a GPU after the judge's timing (ksearch.eval.trusted.judge, `profile`): the candidate's process
+reports one profiled call's launches (`launches`) and what its Triton cache says of each compiled kernel
+(`triton_cache`, registers and spills from the cubin by `cubin`); the judge bounds all of it and adds what it
+knows itself, occupancy from the SM's limits (`occupancy`) and % of the physical limit (`collect`)."""
 
 from ksearch.profile.advice import Advice, Hint, Role, advise, hint_change, knob_role
 from ksearch.profile.model import (

@@ -16,7 +16,8 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from ksearch.eval.report import Status
+from ksearch.eval.report import EvalReport, Status
+from ksearch.profile import read_profile, render_profile
 from ksearch.store.best_manifest import BestKind, BestManifest, manifest_from_history
 from ksearch.store.history import RunHistory
 from ksearch.store.records import CycleFailed, Evaluation
@@ -166,9 +167,26 @@ def _workloads(history: RunHistory, e: Evaluation) -> RenderableType:
         parts.append(Text(f"baseline: {r.baseline}", style="dim"))
     for flag in getattr(r, "flags", None) or []:      # suspicious findings that did not fail the kernel
         parts.append(Text(f"flag: {flag}", style="yellow"))
+    profile = _profile(r)
+    if profile is not None:
+        parts.append(profile)
     if r.log and not r.passed:
         parts.append(Panel(Text(r.log[-3000:]), title="error log (tail)", title_align="left", border_style="red"))
     return Group(*parts)
+
+
+def _profile(r: EvalReport) -> RenderableType | None:
+    """What the hardware said about the kernel (ksearch.profile's table), or one line saying why nothing;
+    nothing at all for records written before evaluations said either, so old runs show as they did."""
+    raw, note = getattr(r, "profile", None), getattr(r, "profile_note", "") or ""
+    if raw is None and not note:
+        return None
+    reading = read_profile({"profile": raw, "profile_note": note, "device": r.device})
+    if reading.profile is None:
+        return Text(f"profile: {render_profile(reading)}", style="dim")
+    body = render_profile(reading) + (f"\nnote: {note}" if note else "")
+    return Panel(Text(body), title="profile (what the GPU said; advice, never a score)", title_align="left",
+                 border_style="cyan")
 
 
 def _kernel_and_diff(history: RunHistory, wm: WorldModel, node: Node, shown: Evaluation | None,

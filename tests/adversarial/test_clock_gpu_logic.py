@@ -34,6 +34,7 @@ class Script:
         self.wrong_in = set()              # modes whose outputs are wrong from their second window on
         self.event_ms = None
         self.presend_after = None          # after this op, write one reply ahead
+        self.on_profile = None             # (conn, request) -> None: answers the advisory profile request
         self.__dict__.update(kw)
         self.log: list[tuple[str, dict]] = []
 
@@ -91,6 +92,9 @@ def _serve(sock: socket.socket, task, script: Script) -> None:
                     slot.copy_(value)
             shared.close()
             send({"ok": True, "event_ms": script.event_ms})
+        elif op == "profile" and script.on_profile is not None:
+            if script.on_profile(conn, req) == "exit":
+                return
         else:
             send({"ok": True})
         if fd is not None:

@@ -29,6 +29,10 @@ Requests (pickled dicts from the judge; each gets exactly one reply; `shared`: a
   capture {n}                     (GPU) CUDA graphs of n x [flush, call] and n x [flush] -> {ok, kernels}
   window {mode, seeds, n, layout, shared}   (GPU) fresh values into the P sets, then n calls as `mode`
                                   (graph | eager | eager_sync), then the P last outputs into the slots -> {}
+  profile {workload, seed}        (GPU, advisory, after all timing) one warm call, then one call under the
+                                  profiler -> {launches: [[kernel, GPU µs], ...], kernels: [what the Triton
+                                  cache in scratch says of each compiled kernel]} (ksearch.profile.collect
+                                  bounds it; it never counts)
   stop {}
 """
 
@@ -50,6 +54,8 @@ from ksearch.eval.report import Status
 from ksearch.eval.trusted import exchange
 from ksearch.eval.trusted.memory import scrub
 from ksearch.eval.trusted.rules import normalize_outputs
+from ksearch.profile.launches import profile_call
+from ksearch.profile.triton_cache import read_triton_cache
 
 
 class _Kernel:
@@ -168,7 +174,7 @@ class _Server:
         self._recv, self._send = channel.recv, channel.send
         self.ops: dict[str, Callable[[dict[str, Any], int | None], dict[str, Any]]] = {
             "ready": self.ready, "call": self.call, "inspect": self.inspect, "pool": self.pool,
-            "capture": self.capture, "window": self.window}
+            "capture": self.capture, "window": self.window, "profile": self.profile}
         self._map = exchange.Mapped
         self._scrub = scrub
         self._no_grad = torch.no_grad
@@ -185,6 +191,9 @@ class _Server:
             self._eager_loop = gputime.eager_loop
             self._eager_sync_loop = gputime.eager_sync_loop
             self._graph_timer = gputime.GraphTimer
+            self._profile_call = profile_call
+            self._read_cache = read_triton_cache
+            self._cache_dir = os.environ.get("TRITON_CACHE_DIR")     # the fork server points it into scratch
         else:
             self._sync = _nothing
 
@@ -364,6 +373,26 @@ class _Server:
             return {"ok": True, "event_ms": event_ms}
         finally:
             shared.close()
+
+
+    # ---- advice (never counts) -------------------------------------------------------------------------------
+    def profile(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
+        """Untimed, after every workload is timed: the launches of one call with their GPU time, and what the
+        Triton cache says of the kernels compiled. The judge validates and bounds all of it."""
+        k = self.k
+        if not k.on_gpu:
+            return {"ok": False, "message": "no profile on a CPU"}
+        k.pool, k.timer, k.prev, k.last = [], None, None, None      # the timing sets are done with
+        src = k.task.make_inputs(req["workload"], device=k.device, seed=int(req["seed"]))
+        args = [src[n] for n in k.input_names]
+        fn = k.fn
+        with self._no_grad():
+            warm = fn(*args)                # compiles and autotunes outside the profiled call
+            self._sync()
+            del warm
+            launches = self._profile_call(lambda: fn(*args), self._sync, self._flush)
+        return {"ok": True, "launches": [[name, us] for name, us in launches],
+                "kernels": self._read_cache(self._cache_dir)}
 
 
 def _nothing() -> None:

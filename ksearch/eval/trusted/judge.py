@@ -34,6 +34,12 @@ recorded as many kernels as n separate calls would) and a first replay on fresh 
 their outputs. A graph that fails either (a kernel launching on a stream of its own records nothing)
 is not used: GPU time then comes from windows of n x [flush, call, device synchronisation], clocked by the
 judge the same way (`timing_method` "eager_sync").
+
+Profile (GPU, advice only): once every workload is timed, each candidate still passing is asked, per workload,
+for one untimed call under the profiler and for what its Triton cache says of the kernels it compiled
+(`profile`: ksearch.profile.collect validates and bounds every field, occupancy and % of the physical limit are
+computed here). It never changes a verdict or a score: a reply that is late, malformed, too large or not ok,
+or a process that ends during it, only leaves a note in `profile_note`.
 """
 
 from __future__ import annotations
@@ -72,6 +78,8 @@ CROSS_CHECK_TOLERANCE = 0.25    # candidate's own event time vs the judge's cloc
 STEADY_MIN = 0.02               # halves of a measurement always "agree" within this
 WINDOW_SEED_BASE = 1000         # timed windows draw input seeds from trial numbers above the checks'
 PLACEHOLDER_SEED_BASE = 900     # the timing sets' first values: never timed, never verified
+PROFILE_SEED = 950              # the inputs of the profiled call (advice only: never verified)
+PROFILE_TIMEOUT_S = 30.0        # one profile reply (a profiler's first start takes a second or two)
 
 UNASKED = ("sent a message before the judge asked for one (a reply ahead of its request): replies are read "
            "only after a request, and only the outputs the judge then copies and verifies count")
@@ -88,6 +96,7 @@ class EvalJob(Job):
     timeout_s: float = 300.0        # per candidate
     sandbox: bool = True            # audit hooks in the candidate's process
     floor_check: bool = True
+    profile: bool = True            # (GPU) the advisory profile pass after timing
 
 
 @dataclass(frozen=True)
@@ -625,19 +634,23 @@ class Judge:
     def floor_check(self, c: _Cand, w: Workload, row: WorkloadResult) -> None:
         if not self.job.floor_check or row.latency_ms is None or not self.on_gpu:
             return
-        from ksearch.eval.clocks.roofline import datasheet_for, physical_floor_ms
-
-        if self._datasheet is None:
-            self._datasheet = datasheet_for(torch.cuda.get_device_name()) or False
-        if not self._datasheet:
-            return              # a GPU without a datasheet entry: no floor rather than a wrong one
-        floor_ms = physical_floor_ms(self.task, w, self._datasheet, device=self.device)
+        floor_ms = self.floor_ms(w)
         measured = row.gpu_time_ms if row.gpu_time_ms is not None else row.latency_ms
         if floor_ms and measured < floor_ms:
             c.fail(Status.INCORRECT_TIMING, f"{measured * 1e3:.3f} µs of GPU time is below the physical floor of "
                                      f"{floor_ms * 1e3:.3f} µs for this workload (its fewest bytes at the HBM "
                                      f"datasheet bandwidth, its FLOPs at the highest tensor peak, x0.8): the "
                                      f"timing cannot be real", w.name)
+
+    def floor_ms(self, w: Workload) -> float | None:
+        """The task's physical floor on `w` on this GPU (None: a GPU without a datasheet entry, or no floor)."""
+        from ksearch.eval.clocks.roofline import datasheet_for, physical_floor_ms
+
+        if self._datasheet is None:
+            self._datasheet = datasheet_for(torch.cuda.get_device_name()) or False
+        if not self._datasheet:
+            return None         # a GPU without a datasheet entry: no floor rather than a wrong one
+        return physical_floor_ms(self.task, w, self._datasheet, device=self.device) or None
 
     def time_cpu(self, c: _Cand, w: Workload, check_ms: list[float]) -> None:
         """On a CPU every timed call is a checked call on fresh inputs, clocked by the judge."""
@@ -680,6 +693,13 @@ class Judge:
                         else:
                             self._guarded(c, w,
                                           lambda c=c: self.time_cpu(c, w, check_ms[c.sid]))  # noqa: B023 - run at once
+            if self.on_gpu and self.job.profile:
+                for c in self.cands:
+                    try:
+                        self.profile(c)
+                    except Exception as e:  # noqa: BLE001 - the judge's own profiling failed: a note, never a verdict
+                        c.report.profile = None
+                        c.report.profile_note = f"the judge could not build the profile ({type(e).__name__}: {e})"[:1500]
         finally:
             for c in self.cands:
                 self._end(c)
@@ -776,7 +796,68 @@ class Judge:
             c.report.elapsed_s = time.perf_counter() - t_start
             if c.report.profile is None and not c.report.profile_note:
                 c.report.profile_note = ("no profile on a CPU: the Triton interpreter compiles nothing" if not self.on_gpu
-                                         else "the judge does not collect profiles yet")
+                                         else "no profile: the profile pass is off (EvalJob.profile)"
+                                         if not self.job.profile else "no profile: the kernel did not pass")
+
+    # ---- the profile (advice only) ---------------------------------------------------------------------------
+    def profile(self, c: _Cand) -> None:
+        """Per workload, the launches of one untimed call and the compiled kernels, as the candidate's process
+        reports them, validated and bounded; occupancy and % of the limit computed here. Never a verdict:
+        whatever goes wrong ends in `profile_note`."""
+        from ksearch.profile.collect import assemble, kernels_from_reply, launches_from_reply, workload_profile
+        from ksearch.profile.occupancy import limits_for
+
+        if not c.ok or c.child is None:
+            return
+        notes: list[str] = []
+        rows = []
+        kernels_raw: Any = None
+        wire.limit_replies(c.child.conn, 0)         # a profile reply carries no tensors
+        for w in self.job.workloads:
+            header, why = self._advisory(c, {"op": "profile", "workload": w,
+                                             "seed": w.input_seed(self.nonce, PROFILE_SEED)})
+            if header is None:
+                notes.append(f"{w.name}: {why}")
+                break
+            kernels_raw = header.get("kernels", kernels_raw)
+            launches, bad = launches_from_reply(header.get("launches"))
+            if bad:
+                notes.append(f"{w.name}: {bad}")
+            row = c.row(w.name)
+            try:
+                floor = self.floor_ms(w)
+            except Exception as e:  # noqa: BLE001 - the floor is advice here; the timing check has its own
+                floor = None
+                notes.append(f"{w.name}: no physical floor ({type(e).__name__})")
+            wp, note = workload_profile(w.name, launches, row.gpu_time_ms, row.gpu_time_spread, floor)
+            rows.append(wp)
+            if note:
+                notes.append(note)
+        try:
+            limits = limits_for(tuple(torch.cuda.get_device_capability(torch.device(self.device))))  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001 - no limits: no occupancy rather than a wrong one
+            limits = None
+        if rows:
+            c.report.profile = assemble(kernels_from_reply(kernels_raw, limits), rows).to_json()
+        c.report.profile_note = "; ".join(notes)[:1500]
+
+    def _advisory(self, c: _Cand, req: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+        """One advisory request: (its reply, "") or (None, why there is none). Never fails the candidate; a
+        process that is late or gone is left to `_end`, which stops it as usual."""
+        try:
+            if c.child.conn.poll(0):
+                return None, "skipped: a message was waiting before the profile request"
+            c.child.conn.send(req)
+            header, _ = wire.receive(c.child.conn, min(self._remaining(c), PROFILE_TIMEOUT_S))
+        except TimeoutError:
+            return None, f"the profile pass gave no answer within {PROFILE_TIMEOUT_S:g} s"
+        except (EOFError, OSError):
+            return None, "the candidate's process ended during the profile pass"
+        except wire.WireError as e:
+            return None, f"the profile reply was malformed ({str(e)[:200]})"
+        if header.get("ok") is not True:
+            return None, f"the profile pass failed: {str(header.get('message', ''))[:300]}"
+        return header, ""
 
 
 def _signal_groups(groups: list[int], sig: int) -> None:
