@@ -221,6 +221,9 @@ class EvalConfig(Checked):
     pool: PoolKind = PoolKind.local
     ray_address: str | None = setting(None, text(optional=True))  # pool=ray: the cluster to join (None: start one)
     validate: str | None = setting("auto", text(optional=True))   # held-out set to confirm the best on (None: skip)
+    #: (GPU) the advisory profile after timing: registers, spills, occupancy, launches, % of the limit, for the
+    #: model's next step; unset or true: on, false: off (it never changes a verdict or a score)
+    profile: bool | None = None
 
 
 @dataclass

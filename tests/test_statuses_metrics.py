@@ -118,3 +118,19 @@ def test_a_nodes_status_is_a_member_and_the_views_list_them_in_its_order():
     with pytest.raises(KeyError, match="node statuses are open, closed, failed, pruned, decision"):
         _statuses("open,bogus")
     assert _statuses("closed, open") == {"closed", "open"}
+
+
+def test_eval_profile_reaches_the_judges_job_and_may_change_on_resume(monkeypatch):
+    from ksearch.cli import app
+    from ksearch.planner.settings import frozen_changes, settings_diff
+    from ksearch.task import load_task
+
+    monkeypatch.setattr(app, "check_device", lambda cfg: "cuda")
+    task = load_task(app.compose_config([]).task.name)
+    for override, on in (([], True), (["eval.profile=true"], True), (["eval.profile=false"], False)):
+        _, _, _, settings = app.resolve_eval(app.compose_config(override), task)
+        assert settings.profile is on
+    # unset in a run recorded before the setting existed: no change at all; set on resume: allowed
+    assert settings_diff(app.compose_config([]), app.compose_config([])) == {}
+    diff = settings_diff(app.compose_config([]), app.compose_config(["eval.profile=false"]))
+    assert diff == {"eval.profile": [None, False]} and frozen_changes(diff) == []

@@ -16,7 +16,7 @@ from ksearch.config import Config, to_plain
 
 #: Settings sections that a resumed segment may change; the rest would change what recorded numbers mean.
 CHANGEABLE_SECTIONS = ("search", "llm")
-CHANGEABLE_EVAL_KEYS = ("timeout_s", "remeasure_near_ties", "pool", "ray_address")
+CHANGEABLE_EVAL_KEYS = ("timeout_s", "remeasure_near_ties", "pool", "ray_address", "profile")
 
 
 def settings_diff(old: Any, new: Any) -> dict[str, list[Any]]:

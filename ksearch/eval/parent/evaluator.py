@@ -75,6 +75,7 @@ class EvalSettings:
     metric: Metric = Metric.gpu_time    # eval.metric; on a CPU always call latency (`score_metric`)
     sandbox: bool = True        # audit hooks in each candidate's process
     floor_check: bool = True    # a latency below the workload's physical floor is INCORRECT_TIMING
+    profile: bool = True        # (GPU) the judge's advisory profile pass after timing (eval.profile)
 
     def __post_init__(self) -> None:
         self.metric = score_metric(self.device, self.metric)
@@ -197,7 +198,7 @@ class Evaluator:
         if todo:
             job = EvalJob(**self._job(workloads), candidates=[entries[i] for i in todo],
                           check_trials=s.check_trials, nonce=nonce, timeout_s=s.timeout_s, sandbox=s.sandbox,
-                          floor_check=s.floor_check)
+                          floor_check=s.floor_check, profile=s.profile)
             # The judge enforces each candidate's own limit; this one only catches a stuck judge.
             names = ", ".join(entries[i][1] for i in todo[:3]) + (" ..." if len(todo) > 3 else "")
             reply = self._request("judge", job, s.timeout_s * len(todo) + 120.0,

@@ -80,6 +80,7 @@ WINDOW_SEED_BASE = 1000         # timed windows draw input seeds from trial numb
 PLACEHOLDER_SEED_BASE = 900     # the timing sets' first values: never timed, never verified
 PROFILE_SEED = 950              # the inputs of the profiled call (advice only: never verified)
 PROFILE_TIMEOUT_S = 30.0        # one profile reply (a profiler's first start takes a second or two)
+PROFILE_WORKLOADS = 2           # profiled per candidate: its longest and shortest (the pass costs ~2 calls + a profiler start each)
 
 UNASKED = ("sent a message before the judge asked for one (a reply ahead of its request): replies are read "
            "only after a request, and only the outputs the judge then copies and verifies count")
@@ -813,7 +814,7 @@ class Judge:
         rows = []
         kernels_raw: Any = None
         wire.limit_replies(c.child.conn, 0)         # a profile reply carries no tensors
-        for w in self.job.workloads:
+        for w in self._profiled(c):
             header, why = self._advisory(c, {"op": "profile", "workload": w,
                                              "seed": w.input_seed(self.nonce, PROFILE_SEED)})
             if header is None:
@@ -840,6 +841,16 @@ class Judge:
         if rows:
             c.report.profile = assemble(kernels_from_reply(kernels_raw, limits), rows).to_json()
         c.report.profile_note = "; ".join(notes)[:1500]
+
+    def _profiled(self, c: _Cand) -> list[Workload]:
+        """The workloads worth a profile: the candidate's longest and shortest by the judge's GPU time (the two
+        ends of the shape space behave most differently; profiling every workload would add seconds per
+        candidate to a search)."""
+        gpu_ms = {r.workload: r.gpu_time_ms for r in c.report.workloads if r.gpu_time_ms is not None}
+        timed = sorted((gpu_ms[w.name], i) for i, w in enumerate(self.job.workloads) if w.name in gpu_ms)
+        picks = sorted({timed[-1][1], timed[0][1]}) if timed else list(range(min(PROFILE_WORKLOADS,
+                                                                                     len(self.job.workloads))))
+        return [self.job.workloads[i] for i in picks[:PROFILE_WORKLOADS]]
 
     def _advisory(self, c: _Cand, req: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
         """One advisory request: (its reply, "") or (None, why there is none). Never fails the candidate; a
