@@ -106,7 +106,7 @@ def test_a_report_without_a_profile_says_why():
     assert "interpreter" in read_profile(cpu.to_json()).reason
 
 
-def test_a_job_profiles_every_passing_candidate_after_timing(task, workloads, monkeypatch):
+def test_a_job_profiles_every_passing_candidate_after_timing(task, monkeypatch):
     from ksearch.eval.report import Metric
     from ksearch.eval.trusted.judge import EvalJob, Judge
     from tests.adversarial.test_clock_gpu_logic import COSTS, ScriptedSpawner
