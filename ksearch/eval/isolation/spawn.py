@@ -82,6 +82,10 @@ class CandidateSpawner:
 
         self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
         self.root.mkdir(parents=True, exist_ok=True)
+        # Others may pass through (not list): a candidate running as an unprivileged uid without a mount
+        # namespace reaches its own scratch folder below this one (mkdtemp makes it 0700: on the H200 every
+        # candidate then died creating its caches, "Permission denied").
+        os.chmod(self.root, 0o711)
         self.server = ForkServer(preload=["ksearch.eval.candidate.harness"], interpret=interpret,
                                  memory_limit_bytes=memory_limit_bytes)
         self.count = 0

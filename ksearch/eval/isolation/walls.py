@@ -395,7 +395,7 @@ def _gpu_devices() -> list[str]:
 def _try(plan: WallsPlan, new_pid_ns: bool) -> tuple[bool, str]:
     """Build `plan` in a throwaway child (and check it holds); (ok, why not)."""
     root = tempfile.mkdtemp(prefix="ksearch_walls_probe_")
-    os.chmod(root, 0o755)
+    os.chmod(root, 0o711)         # as the spawner's scratch root (spawn.CandidateSpawner): passable, not listable
     scratch = os.path.join(root, "scratch")
     hidden = os.path.join(root, "hidden")
     os.makedirs(scratch)
