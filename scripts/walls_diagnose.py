@@ -1,6 +1,7 @@
 """Which of the judge's walls stops CUDA on this machine? Each wall alone, then a few splits of the suspects.
 
-    sudo python3 scripts/walls_diagnose.py            # on a GPU host, as root (as the judge runs there)
+    sudo python3 scripts/walls_diagnose.py [LABEL_PART ...]   # on a GPU host, as root (as the judge runs there);
+                                                                # only the plans whose label holds a LABEL_PART
 
 `ksearch.eval.isolation.walls.probe` gives up walls until CUDA starts and names what it left out, but the
 order it gives them up in can hide which one was the cause (a wall put back without its partner fails for
@@ -17,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -71,11 +73,41 @@ def main() -> int:
                 walls._mount(None, point, None, walls.MS_REMOUNT | walls.MS_BIND)
     plans.append(("+ mount ns, read-only but /dev", replace(mounted, read_only=True),
                   [(walls, "make_read_only", read_only_but_dev)]))
+
+    def read_only_but(points: tuple[str, ...]) -> Any:
+        def make() -> None:
+            real_ro()
+            for point in points:
+                if os.path.ismount(point):
+                    walls._mount(None, point, None, walls.MS_REMOUNT | walls.MS_BIND)
+        return make
+    def only_root_read_only() -> None:
+        real_ro()
+        for point, _ in walls._mount_points():
+            if point != "/":
+                try:
+                    walls._mount(None, point, None, walls.MS_REMOUNT | walls.MS_BIND)
+                except OSError:
+                    pass
+    plans.append(("+ mount ns, read-only / alone (every submount writable)", replace(mounted, read_only=True),
+                  [(walls, "make_read_only", only_root_read_only)]))
+    for points in (("/proc",), ("/sys",), ("/proc", "/sys", "/dev"), ("/tmp",), ("/run",)):
+        plans.append((f"+ mount ns, read-only but {' '.join(points)}", replace(mounted, read_only=True),
+                      [(walls, "make_read_only", read_only_but(points))]))
+    def landlock_also(extra: tuple[str, ...]) -> Any:
+        return lambda rules, a: real_restrict(landlock.Rules(rules.writable_dirs + extra, EVERY_DEVICE), a)
+    if abi:
+        for extra in (("/proc",), ("/sys",), ("/proc", "/sys"), ("/tmp", "/run", "/var"), ("/",)):
+            plans.append((f"+ Landlock ABI {abi}, {' '.join(extra)} writable", replace(base, landlock_abi=abi),
+                          [(landlock, "restrict", landlock_also(extra))]))
     failed = 0
     # Only the question asked here: does CUDA start? (The probe's other checks - writes confined, the uid can
     # read what it needs - answer other questions and would fail the partial plans above.)
     walls._check = lambda plan, root, scratch, hidden: walls._cuda_problem()
+    only = sys.argv[1:]
     for label, plan, patches in plans:
+        if only and not any(o in label for o in only):
+            continue
         t0 = time.perf_counter()
         with contextlib.ExitStack() as stack:
             for obj, name, value in patches:
