@@ -103,6 +103,7 @@ def main() -> int:
     failed = 0
     # Only the question asked here: does CUDA start? (The probe's other checks - writes confined, the uid can
     # read what it needs - answer other questions and would fail the partial plans above.)
+    real_check = walls._check
     walls._check = lambda plan, root, scratch, hidden: walls._cuda_problem()
     only = sys.argv[1:]
     for label, plan, patches in plans:
@@ -115,6 +116,11 @@ def main() -> int:
             ok, why = walls._try(plan, True)
         failed += not ok
         print(f"{'ok  ' if ok else 'FAIL'} {label:48s} {time.perf_counter() - t0:5.1f}s  {why[:400]}", flush=True)
+    if not only or "probe" in only:
+        t0 = time.perf_counter()
+        walls._check = real_check
+        plan = walls.probe(namespaces=True, private_proc=True)
+        print(f"probe ({time.perf_counter() - t0:.1f}s): {plan.describe()} | notes: {list(plan.notes)}", flush=True)
     return 0 if failed == 0 else 1
 
 

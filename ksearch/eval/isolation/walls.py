@@ -254,8 +254,6 @@ def _mounts(plan: WallsPlan, child: ChildWalls, uid: int, gid: int) -> None:
     else:
         reaper.unshare(reaper.CLONE_NEWNS)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)          # nothing we mount reaches the host
-    if plan.private_proc:
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     if plan.uid is not None:
         _apply_veils(veils_for(list(plan.needed) + [scratch], plan.uid, plan.gid or plan.uid), [scratch])
     for h in child.hidden:
@@ -263,6 +261,8 @@ def _mounts(plan: WallsPlan, child: ChildWalls, uid: int, gid: int) -> None:
             _mount("tmpfs", h, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
     if plan.read_only:
         make_read_only()
+    if plan.private_proc:      # after the read-only pass: CUDA writes to the process's own /proc entries (H200:
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)    # error 304 with /proc read-only)
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
                f"size={plan.shm_bytes},mode=1777")
@@ -279,6 +279,11 @@ def _copy_seeds(child: ChildWalls, fds: list[tuple[str, int]], uid: int, gid: in
                 for name in [root] + [os.path.join(root, n) for n in dirs + files]:
                     os.lchown(name, uid, gid)
         os.close(fd)
+
+
+def _own_proc_dir() -> str:
+    """This process's folder in the /proc it sees (its threads' task/ folders are below it)."""
+    return os.path.join("/proc", os.readlink("/proc/self"))
 
 
 def _give_output_pipes(uid: int, gid: int) -> None:
@@ -334,6 +339,7 @@ def apply(plan: WallsPlan, child: ChildWalls) -> list[str]:
                             ctypes.c_ulong(0))
     if plan.landlock_abi:
         writable = [child.scratch] + (["/dev/shm"] if plan.mount and os.path.isdir("/dev/shm") else [])
+        writable.append(_own_proc_dir())     # CUDA writes to its own /proc entries (H200: error 304 without)
         landlock.restrict(landlock.Rules(tuple(writable)), plan.landlock_abi)
         done.append("landlock")
     if plan.seccomp:
