@@ -341,11 +341,10 @@ def _execute_locked(cfg: DictConfig, run_path: Path, *, fresh: bool, progress: A
     else:
         evaluator = pool()
     try:
-        services = Services(model, evaluator, progress, memory) if progress is not None else \
-            Services(model, evaluator, memory=memory)
         generators = recorded_generators(Path(c.llm.replay)) if c.llm.replay else None
-        search = Search(c, Target(task, workloads, set_name, device), services, run, journal, fork=fork,
-                        generators=generators)
+        services = Services(model, evaluator, progress, memory, generators) if progress is not None else \
+            Services(model, evaluator, memory=memory, generators=generators)
+        search = Search(c, Target(task, workloads, set_name, device), services, run, journal, fork=fork)
         return search.run()
     finally:
         evaluator.close()

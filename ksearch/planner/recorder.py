@@ -68,6 +68,9 @@ class Services:
     evaluator: EvaluatorLike
     progress: Progress = field(default_factory=NullProgress)
     memory: RunMemory | None = None          # the knowledge store across runs (None: memory off)
+    # the code generators' versions a new run writes with (None: this ksearch's; a replay of a recorded run
+    # passes the recording's, so the kernels it composes come out the same)
+    generators: dict[str, int] | None = None
 
 
 class Recorder:

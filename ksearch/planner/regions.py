@@ -137,13 +137,12 @@ class DispatchStep:
     evaluate: Callable[[Solution, str, int, int], EvalReport]   # (solution, node id, attempt, round), recorded
     write: Callable[[R.Record], R.Record]                       # the owner's record of what happened
     incumbent: Incumbent                                      # its held-out gate, and the only writer of best/
-    generator: int                                            # the dispatch generator's version (the run's)
 
 
-def finish_with_dispatch(step: DispatchStep, round_index: int) -> None:
+def finish_with_dispatch(step: DispatchStep, round_index: int, generator: int) -> None:
     """Compose the per-region incumbents into one solution and let it compete for the best (see module doc).
-    `round_index`: the last round (it spends no round of its own). Does nothing with fewer than two region
-    holders or no best."""
+    `round_index`: the last round (it spends no round of its own); `generator`: the dispatch generator's
+    version the run started with. Does nothing with fewer than two region holders or no best."""
     from ksearch.instantiate import solution_from_text
     from ksearch.instantiate.dispatch import DispatchError, Member, axis_sources, compose
 
@@ -156,7 +155,7 @@ def finish_with_dispatch(step: DispatchStep, round_index: int) -> None:
         members = [Member(s, _stored(step, s)) for s in members_ids]
         table = {b.index: b.solution_id for b in board.best.values()}
         source = compose(members, table, best.solution_id, scheme_of(task), task.definition.input_names,
-                         axis_sources(task.definition), task.name, step.generator)
+                         axis_sources(task.definition), task.name, generator)
     except (DispatchError, OSError) as e:
         step.write(R.Dispatch(composed=False, reason=str(e)[:500]))
         return

@@ -78,11 +78,10 @@ class SearchOutcome:
 
 class Search:
     def __init__(self, cfg: Config, target: Target, services: Services, run: RunDir, journal: Journal,
-                 fork: ForkSeed | None = None, generators: dict[str, int] | None = None):
-        """generators: the code generators' versions a new run starts with (default: this ksearch's; a
-        replay of a recorded run passes the recording's, so its composed kernels come out the same)."""
+                 fork: ForkSeed | None = None):
         self.target, self.run_dir, self.journal, self.fork = target, run, journal, fork
-        self._new_generators = dict(generators) if generators is not None else current_generators()
+        given = services.generators
+        self._new_generators = dict(given) if given is not None else current_generators()
         self.progress = services.progress
         # the best kernel per region of the shape space, fed by every evaluation of a node's step
         self.board = RegionBoard(target.task, target.workloads)
@@ -122,7 +121,7 @@ class Search:
     def _generator(self, name: str) -> int:
         """The version of a code generator this run started with (1: recorded before generators had one)."""
         start = self.state.start
-        return (start.generators if start is not None else self._new_generators).get(name, 1)
+        return ((start.generators or {}) if start is not None else self._new_generators).get(name, 1)
 
     # ---- set-up ---------------------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -130,7 +129,7 @@ class Search:
         if isinstance(first, R.RunStart) and first.config:
             self.segments.replay_first(first.config)   # replay the first segment as it ran
         t = self.target
-        generators = first.generators if isinstance(first, R.RunStart) else self._new_generators
+        generators = (first.generators or {}) if isinstance(first, R.RunStart) else self._new_generators
         start = self.recorder.write(R.RunStart(task=t.task.name, workload_set=t.workload_set, device=t.device,
                                                workloads=[w.to_json() for w in t.workloads],
                                                model=self.recorder.model.name, config=to_plain(self.cfg),
@@ -211,8 +210,8 @@ class Search:
             epoch_at_stop = self.segments.epoch
             if self.validation.enabled:          # one solution dispatching among the per-region bests
                 step = DispatchStep(self.target.task, self.board, self.recorder.source, self._evaluate,
-                                    self.recorder.write, self.incumbent, self._generator("dispatch"))
-                finish_with_dispatch(step, max(state.rounds.next - 1, 0))
+                                    self.recorder.write, self.incumbent)
+                finish_with_dispatch(step, max(state.rounds.next - 1, 0), self._generator("dispatch"))
             self.recorder.write(R.RunEnd(stop=stop, evaluations=state.evaluation_count,
                                          best=state.best.to_json() if state.best else None,
                                          spend=state.spend.to_json()))

@@ -86,6 +86,7 @@ class Record(BaseModel):
 class RunStart(Record):
     kind: str = "run_start"
     CHECK = ("task", "workload_set", "device")
+    OMIT_NONE = frozenset({"generators"})
     task: str = ""
     workload_set: str = ""
     device: str = ""
@@ -93,8 +94,8 @@ class RunStart(Record):
     model: str = ""
     config: dict[str, Any] | None = None
     # The code generators' versions the run started with (a generator's output is a solution id a resume
-    # must reproduce, so a run keeps its versions for good); absent in runs recorded before: all version 1.
-    generators: dict[str, int] = Field(default_factory=dict)
+    # must reproduce, so a run keeps its versions for good); absent (None) in runs recorded before: all version 1.
+    generators: dict[str, int] | None = None
 
 
 class ConfigChange(Record):

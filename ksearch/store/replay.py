@@ -23,7 +23,7 @@ def recorded_generators(recording: Path) -> dict[str, int]:
     i.e. version 1 of each)."""
     records, _ = read_records(Path(recording) / "journal.jsonl")
     first = records[0] if records else None
-    return dict(first.generators) if isinstance(first, R.RunStart) else {}
+    return dict(first.generators or {}) if isinstance(first, R.RunStart) else {}
 
 
 class RecordedEvaluator:
