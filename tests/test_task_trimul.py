@@ -213,7 +213,7 @@ def _tactics():
 
 def test_catalog_shape(task):
     cat = _catalog(task)
-    assert {f.name for f in cat.families} == {"cublas_contraction", "triton_contraction"}
+    assert {f.name for f in cat.families} == {"cublas_contraction", "triton_contraction", "gemm_input_pass"}
     for fam in cat.families:
         assert 3 <= len(fam.tactics) <= 6
         for knob in fam.knobs.values():
@@ -243,6 +243,46 @@ def test_tactics_match_reference_under_interpreter(task, tiny, family, tactic, s
     for w, inp, ref in (tiny[-1],):        # the masked Cauchy case with a ragged S (the defaults see them all)
         result = _rule(task, run(**inp), ref)
         assert result.passed, (family, tactic, w.name, result.message)
+
+
+@pytest.mark.parametrize("settings", [{"gemm_block_k": 32, "gemm_block_n": 64},
+                                      {"input_mode": "stats_prepass", "gemm_block_n": 256, "gemm_block_k": 32}],
+                         ids=["even_k_narrow_n", "stats_even_k_wide_n"])
+def test_gemm_input_pass_even_k_and_column_tiles(task, tiny, settings):
+    """D = 32 with 32-wide K steps takes the unmasked K loop; 64- and 256-wide column tiles split the
+    interleaved (projection, gate) pairs and the padded out-gate tile differently from the default 128."""
+    run = load_entry_point(_catalog(task).render("gemm_input_pass", settings), name_hint="trimul_gemm_even_k")
+    w, inp, ref = tiny[1]
+    assert w.axes["D"] % 32 == 0
+    result = _rule(task, run(**inp), ref)
+    assert result.passed, (settings, w.name, result.message)
+
+
+def test_gemm_input_pass_folds_the_layernorm_into_the_weights(task, tiny):
+    """The GEMM's weights carry the LayerNorm scale and its bias the shift: xhat . w + bias reproduces the
+    five projections of LN(x), in the interleaved (projection, gate) column order, zero-padded."""
+    from ksearch.instantiate.loader import load_module_from_source
+
+    mod = load_module_from_source(_catalog(task).render("gemm_input_pass", {"gemm_block_n": 256}),
+                                  name_hint="trimul_gemm_weights")
+    _, inp, _ = tiny[1]
+    names = ("left_proj_weight", "right_proj_weight", "left_gate_weight", "right_gate_weight", "out_gate_weight")
+    w, bias, colsum, n_pad = mod._gemm_weights(inp["norm_weight"], inp["norm_bias"], *(inp[n] for n in names))
+    hidden, dim = inp["left_proj_weight"].shape
+    assert n_pad == 768 and w.shape == (dim, n_pad) and bias.shape == colsum.shape == (n_pad,)
+    x = inp["x"].reshape(-1, dim)
+    mean = x.mean(-1, keepdim=True)
+    xhat = (x - mean) / ((x - mean).pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
+    got = xhat @ w.float() + bias
+    z = xhat * inp["norm_weight"] + inp["norm_bias"]
+    want = {n: z @ inp[n].t() for n in names}
+    torch.testing.assert_close(got[:, 0:2 * hidden:2], want["left_proj_weight"], rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(got[:, 1:2 * hidden:2], want["left_gate_weight"], rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(got[:, 2 * hidden:4 * hidden:2], want["right_proj_weight"], rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(got[:, 2 * hidden + 1:4 * hidden:2], want["right_gate_weight"], rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(got[:, 4 * hidden:5 * hidden], want["out_gate_weight"], rtol=1e-2, atol=1e-2)
+    assert not got[:, 5 * hidden:].any()
+    torch.testing.assert_close(colsum, w.float().sum(0))
 
 
 # ---- GPUMode timing --------------------------------------------------------------------------------
@@ -299,7 +339,11 @@ def test_gpumode_script_smoke_on_tiny(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("family,knobs", [("cublas_contraction", {}), ("triton_contraction", {}),
                                           ("cublas_contraction", {"precision": "bf16"}),
-                                          ("triton_contraction", {"precision": "bf16"})])
+                                          ("triton_contraction", {"precision": "bf16"}),
+                                          ("gemm_input_pass", {}),
+                                          ("gemm_input_pass", {"input_mode": "stats_prepass"}),
+                                          ("gemm_input_pass", {"input_mode": "epilogue_stats"}),
+                                          ("gemm_input_pass", {"input_mode": "epilogue_stats", "precision": "bf16"})])
 def test_families_pass_full_set_on_gpu(task, family, knobs):
     run = load_entry_point(_catalog(task).render(family, knobs), name_hint=f"trimul_gpu_{family}")
     for w in task.workload_set("full"):
