@@ -145,6 +145,16 @@ def test_workload_sets(task):
     assert task.default_workload_set(on_gpu=False) == "tiny" and task.default_workload_set(on_gpu=True) == "feedback"
 
 
+def test_regions_split_by_sequence_length(task):
+    """One region per feedback case (S = 256, 512, 1024), read from S alone; the tiny set is one region."""
+    from ksearch.task.regions import region_of, scheme_of
+
+    assert scheme_of(task).axes_used() == ["S"]
+    assert [region_of(task, w) for w in task.workload_set("feedback")] == ["S0-256", "S256-512", "S>512"]
+    assert {region_of(task, w) for w in task.workload_set("tiny")} == {"S0-256"}
+    assert {region_of(task, w) for w in task.workload_set("benchmark")} == {"S0-256", "S256-512", "S>512"}
+
+
 def test_make_inputs_are_deterministic_and_follow_the_definition(task):
     masked, plain = task.workload_set("tiny")[0], task.workload_set("tiny")[1]
     a = task.make_inputs(masked, device="cpu", seed=7)
@@ -283,6 +293,23 @@ def test_gemm_input_pass_folds_the_layernorm_into_the_weights(task, tiny):
     torch.testing.assert_close(got[:, 4 * hidden:5 * hidden], want["out_gate_weight"], rtol=1e-2, atol=1e-2)
     assert not got[:, 5 * hidden:].any()
     torch.testing.assert_close(colsum, w.float().sum(0))
+
+
+def test_dispatch_by_sequence_length_composes_trimul_families(task, tiny):
+    """A shape dispatch over two families (the search composes one per S region) runs on every tiny case:
+    the members' same-named kernels and helpers are namespaced apart, S is read from x's shape."""
+    from ksearch.instantiate.dispatch import Member, axis_sources, compose
+    from ksearch.task.regions import scheme_of
+
+    cat = _catalog(task)
+    members = [Member("a", cat.render("gemm_input_pass", {"gemm_block_n": 64})),
+                Member("b", cat.render("cublas_contraction", {}))]
+    source = compose(members, {(0,): "a"}, "b", scheme_of(task), task.definition.input_names,
+                     axis_sources(task.definition), TASK)
+    run = load_entry_point(source, name_hint="trimul_dispatch")
+    for w, inp, ref in tiny:
+        result = _rule(task, run(**inp), ref)
+        assert result.passed, (w.name, result.message)
 
 
 # ---- GPUMode timing --------------------------------------------------------------------------------
