@@ -417,3 +417,26 @@ def test_ksearch_run_passes_on_tiny(tmp_path):
     assert len(R.of_kind(read_records(run_dir / "journal.jsonl")[0], R.Evaluation)) == 4
     assert (run_dir / "best" / "solution.py").exists()
     assert "best:" in proc.stdout and "vs PyTorch reference (CPU)" in proc.stdout
+
+
+def test_sweep_script_smoke(tmp_path):
+    """benchmarks/trimul_sweep.py --smoke: two subjects on two tiny cases under the interpreter, the JSON and
+    the held-out check included (what the H200 run does, minus the GPU)."""
+    import importlib.util
+
+    from ksearch import PROJECT_ROOT
+
+    spec = importlib.util.spec_from_file_location("trimul_sweep", PROJECT_ROOT / "benchmarks" / "trimul_sweep.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main([str(tmp_path), "--smoke", "--only", "cublas_defaults,gemm_defaults"]) == 0
+    doc = json.loads((tmp_path / "trimul_sweep.json").read_text())
+    for label in ("cublas_defaults", "gemm_defaults"):
+        res = doc["subjects"][label]
+        assert res["failed"] is None and res["geomean_ms"] > 0 and len(res["cases"]) == 2
+        assert res["input_pass"]["project_ms"] > 0 and doc["test_set_failures"][label] == []
+    assert doc["subjects"]["gemm_defaults"]["input_pass"]["prepass_ms"] > 0
+    assert mod.main([str(tmp_path), "--smoke", "--only", "nope"]) == 2
+    traffic, flops = mod.input_pass_work(1, 1024, 384)
+    assert traffic == 1024 ** 2 * (4 * 384 + 4 + 6 * 128) and flops == 2 * 1024 ** 2 * 384 * 640
+    assert mod.limit_ms(4_200_000_000, 0, 4.2, 790.0) == (1.0, "memory")
