@@ -268,6 +268,28 @@ def test_gemm_input_pass_even_k_and_column_tiles(task, tiny, settings):
     assert result.passed, (settings, w.name, result.message)
 
 
+def test_gemm_input_pass_compiles_to_wgmma_for_hopper():
+    """benchmarks/trimul_hopper_compile.py in a fresh process (Triton cannot compile for a GPU where it
+    interprets): each input mode's GEMM and pre-pass compile for the H200 (sm_90) on this CPU machine, the
+    GEMM on wgmma within one multiprocessor's shared memory. Catches what the interpreter lets through."""
+    import os
+    import subprocess
+    import sys
+
+    from ksearch import PROJECT_ROOT
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+    configs = ["", "input_mode=stats_prepass", "input_mode=epilogue_stats", "gemm_block_n=256,precision=bf16"]
+    proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "benchmarks" / "trimul_hopper_compile.py"),
+                           "--no-ptxas", *[a for c in configs for a in ("--knobs", c)]],
+                          capture_output=True, text=True, env=env, cwd=str(PROJECT_ROOT), timeout=600)
+    if proc.returncode == 3:
+        pytest.skip(proc.stdout[-500:])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("wgmma") >= len(configs)
+
+
 def test_gemm_input_pass_folds_the_layernorm_into_the_weights(task, tiny):
     """The GEMM's weights carry the LayerNorm scale and its bias the shift: xhat . w + bias reproduces the
     five projections of LN(x), in the interleaved (projection, gate) column order, zero-padded."""
