@@ -70,7 +70,8 @@ def ptxas_report(ptx: str) -> str:
 
 
 def kernels(mod: Any, precision: str) -> list[tuple[str, Any, dict[str, str], dict[str, Any], int, int]]:
-    """(name, kernel, signature, constexprs, warps, stages) of the module's input-pass kernels."""
+    """(name, kernel, signature, constexprs, warps, stages) of the module's input-pass kernels and its
+    output pass."""
     mode = mod.MODE
     half = "*fp16" if precision == "fp16" else "*bf16"
     sig = {"a_ptr": {0: "*fp16", 1: "*fp32", 2: "*fp32"}[mode], "stats_ptr": "*fp32", "mask_ptr": "*fp32",
@@ -84,6 +85,11 @@ def kernels(mod: Any, precision: str) -> list[tuple[str, Any, dict[str, str], di
                   "eps": "fp32"}
         out.append(("_ln_rows(D=384)", mod._ln_rows, ln_sig, {"ROWS": 16, "BLOCK_D": 512, "WRITE_XHAT": mode == 0},
                     8, 1))
+    out_sig = {"t_ptr": half, "gate_ptr": "*fp16", "ln_w_ptr": "*fp32", "ln_b_ptr": "*fp32", "wo_ptr": "*fp16",
+               "out_ptr": "*fp32", "plane": "i32", "dim": "i32", "eps": "fp32"}
+    out.append(("_norm_gate_out", mod._norm_gate_out, out_sig,
+                {"H": 128, "BLOCK_P": mod.OUT_BLOCK_P, "BLOCK_D": mod.OUT_BLOCK_D}, mod.OUT_WARPS,
+                getattr(mod, "OUT_STAGES", 3)))
     return out
 
 

@@ -41,13 +41,19 @@ SUBJECTS: list[tuple[str, str, dict[str, Any]]] = [
     ("gemm_epilogue_stats", "gemm_input_pass", {"input_mode": "epilogue_stats"}),
     ("gemm_stats_prepass", "gemm_input_pass", {"input_mode": "stats_prepass"}),
     ("gemm_bn256", "gemm_input_pass", {"gemm_block_n": 256}),
-    ("gemm_epilogue_stats_bn256", "gemm_input_pass", {"input_mode": "epilogue_stats", "gemm_block_n": 256}),
+    ("gemm_out_stages1", "gemm_input_pass", {"out_stages": 1}),
+    # epilogue_stats at 186 registers runs one 8-warp program per SM; these two fit more
+    ("gemm_epilogue_stats_bk32_s4", "gemm_input_pass", {"input_mode": "epilogue_stats", "gemm_block_k": 32,
+                                                        "gemm_stages": 4}),
+    ("gemm_epilogue_stats_bm64_w4", "gemm_input_pass", {"input_mode": "epilogue_stats", "gemm_block_m": 64,
+                                                        "gemm_warps": 4}),
     ("gemm_stages4", "gemm_input_pass", {"gemm_stages": 4}),
     ("gemm_warps4", "gemm_input_pass", {"gemm_warps": 4}),
     ("gemm_bm64_warps4", "gemm_input_pass", {"gemm_block_m": 64, "gemm_warps": 4}),
     ("gemm_bk128_stages2", "gemm_input_pass", {"gemm_block_k": 128, "gemm_stages": 2}),
     ("gemm_bn64", "gemm_input_pass", {"gemm_block_n": 64}),
-    ("gemm_out_p128_d128_w8", "gemm_input_pass", {"out_block_p": 128, "out_block_d": 128, "out_warps": 8}),
+    ("gemm_out_p128_d128_w8_s1", "gemm_input_pass", {"out_block_p": 128, "out_block_d": 128, "out_warps": 8,
+                                                     "out_stages": 1}),
     ("gemm_epilogue_stats_bf16", "gemm_input_pass", {"input_mode": "epilogue_stats", "precision": "bf16"}),
 ]
 SMOKE_SUBJECTS = ("cublas_defaults", "gemm_defaults", "gemm_epilogue_stats")
