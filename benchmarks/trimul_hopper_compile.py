@@ -74,13 +74,13 @@ def kernels(mod: Any, precision: str) -> list[tuple[str, Any, dict[str, str], di
     output pass."""
     mode = mod.MODE
     half = "*fp16" if precision == "fp16" else "*bf16"
-    sig = {"a_ptr": {0: "*fp16", 1: "*fp32", 2: "*fp32"}[mode], "stats_ptr": "*fp32", "mask_ptr": "*fp32",
+    sig = {"a_ptr": "*fp16" if mode == 0 else "*fp32", "stats_ptr": "*fp32", "mask_ptr": "*fp32",
            "w_ptr": "*bf16" if mode == 2 else "*fp16", "bias_ptr": "*fp32", "colsum_ptr": "*fp32", "lr_ptr": half,
            "gate_ptr": "*fp16", "num_rows": "i32", "plane": "i32", "dim": "i32", "eps": "fp32"}
     consts = {"H": 128, "MODE": mode, "N_TILES": -(-640 // mod.GEMM_BLOCK_N), "EVEN_K": True,
               "BLOCK_M": mod.GEMM_BLOCK_M, "BLOCK_N": mod.GEMM_BLOCK_N, "BLOCK_K": mod.GEMM_BLOCK_K}
-    out = [("_proj_gemm", mod._proj_gemm, sig, consts, mod.GEMM_WARPS, mod._gemm_stages())]
-    if mode != 2:
+    out = [("_proj_gemm", mod._proj_gemm, sig, consts, mod.GEMM_WARPS, mod._gemm_stages(mode))]
+    if mode in (0, 1):
         ln_sig = {"x_ptr": "*fp32", "out_ptr": "*fp16" if mode == 0 else "*fp32", "num_rows": "i32", "dim": "i32",
                   "eps": "fp32"}
         out.append(("_ln_rows(D=384)", mod._ln_rows, ln_sig, {"ROWS": 16, "BLOCK_D": 512, "WRITE_XHAT": mode == 0},

@@ -280,7 +280,8 @@ def test_gemm_input_pass_compiles_to_wgmma_for_hopper():
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
-    configs = ["", "input_mode=stats_prepass", "input_mode=epilogue_stats", "gemm_block_n=256,precision=bf16"]
+    configs = ["", "input_mode=stats_prepass", "input_mode=epilogue_stats", "gemm_block_n=256,precision=bf16",
+               "input_mode=ln_in_tile,gemm_block_k=128,gemm_block_m=64,gemm_warps=4"]
     proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "benchmarks" / "trimul_hopper_compile.py"),
                            "--no-ptxas", *[a for c in configs for a in ("--knobs", c)]],
                           capture_output=True, text=True, env=env, cwd=str(PROJECT_ROOT), timeout=600)
@@ -315,6 +316,16 @@ def test_gemm_input_pass_folds_the_layernorm_into_the_weights(task, tiny):
     torch.testing.assert_close(got[:, 4 * hidden:5 * hidden], want["out_gate_weight"], rtol=1e-2, atol=1e-2)
     assert not got[:, 5 * hidden:].any()
     torch.testing.assert_close(colsum, w.float().sum(0))
+
+
+def test_gemm_input_pass_ln_in_tile_only_where_a_row_is_one_k_step(task):
+    from ksearch.instantiate.loader import load_module_from_source
+
+    mod = load_module_from_source(_catalog(task).render("gemm_input_pass", {"input_mode": "ln_in_tile",
+                                                                             "gemm_block_k": 128}),
+                                  name_hint="trimul_ln_in_tile")
+    assert [mod._effective_mode(d) for d in (32, 128, 384, 768)] == [3, 3, 0, 0]
+    assert mod._gemm_stages(3) == 1 and mod._gemm_stages(0) == 2      # 96 vs 64 KiB a stage, 160 KiB budget
 
 
 def test_dispatch_by_sequence_length_composes_trimul_families(task, tiny):
