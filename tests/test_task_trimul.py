@@ -293,29 +293,33 @@ def test_gemm_input_pass_compiles_to_wgmma_for_hopper():
 
 def test_gemm_input_pass_folds_the_layernorm_into_the_weights(task, tiny):
     """The GEMM's weights carry the LayerNorm scale and its bias the shift: xhat . w + bias reproduces the
-    five projections of LN(x), in the interleaved (projection, gate) column order, zero-padded."""
+    five projections of LN(x), in the interleaved (projection, gate) column order."""
     from ksearch.instantiate.loader import load_module_from_source
 
-    mod = load_module_from_source(_catalog(task).render("gemm_input_pass", {"gemm_block_n": 256}),
+    mod = load_module_from_source(_catalog(task).render("gemm_input_pass", {"input_mode": "epilogue_stats"}),
                                   name_hint="trimul_gemm_weights")
     _, inp, _ = tiny[1]
     names = ("left_proj_weight", "right_proj_weight", "left_gate_weight", "right_gate_weight", "out_gate_weight")
-    w, bias, colsum, n_pad = mod._gemm_weights(inp["norm_weight"], inp["norm_bias"], *(inp[n] for n in names))
+    w, bias, colsum = mod._gemm_weights(inp["norm_weight"], inp["norm_bias"], *(inp[n] for n in names))
     hidden, dim = inp["left_proj_weight"].shape
-    assert n_pad == 768 and w.shape == (dim, n_pad) and bias.shape == colsum.shape == (n_pad,)
+    assert w.shape == (dim, 5 * hidden) and w.dtype == torch.bfloat16 and bias.shape == colsum.shape == (5 * hidden,)
     x = inp["x"].reshape(-1, dim)
     mean = x.mean(-1, keepdim=True)
     xhat = (x - mean) / ((x - mean).pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
     got = xhat @ w.float() + bias
     z = xhat * inp["norm_weight"] + inp["norm_bias"]
     want = {n: z @ inp[n].t() for n in names}
-    torch.testing.assert_close(got[:, 0:2 * hidden:2], want["left_proj_weight"], rtol=1e-2, atol=1e-2)
-    torch.testing.assert_close(got[:, 1:2 * hidden:2], want["left_gate_weight"], rtol=1e-2, atol=1e-2)
-    torch.testing.assert_close(got[:, 2 * hidden:4 * hidden:2], want["right_proj_weight"], rtol=1e-2, atol=1e-2)
-    torch.testing.assert_close(got[:, 2 * hidden + 1:4 * hidden:2], want["right_gate_weight"], rtol=1e-2, atol=1e-2)
-    torch.testing.assert_close(got[:, 4 * hidden:5 * hidden], want["out_gate_weight"], rtol=1e-2, atol=1e-2)
-    assert not got[:, 5 * hidden:].any()
+    tol = {"rtol": 3e-2, "atol": 3e-2}                                     # bf16 weights
+    torch.testing.assert_close(got[:, 0:2 * hidden:2], want["left_proj_weight"], **tol)
+    torch.testing.assert_close(got[:, 1:2 * hidden:2], want["left_gate_weight"], **tol)
+    torch.testing.assert_close(got[:, 2 * hidden:4 * hidden:2], want["right_proj_weight"], **tol)
+    torch.testing.assert_close(got[:, 2 * hidden + 1:4 * hidden:2], want["right_gate_weight"], **tol)
+    torch.testing.assert_close(got[:, 4 * hidden:], want["out_gate_weight"], **tol)
     torch.testing.assert_close(colsum, w.float().sum(0))
+    plain = load_module_from_source(_catalog(task).render("gemm_input_pass", {}), name_hint="trimul_gemm_w16")
+    w16, _, no_colsum = plain._gemm_weights(inp["norm_weight"], inp["norm_bias"], *(inp[n] for n in names))
+    assert w16.dtype == torch.float16 and no_colsum is None
+    torch.testing.assert_close(w16.float(), w.float(), rtol=1e-2, atol=1e-2)
 
 
 def test_gemm_input_pass_ln_in_tile_only_where_a_row_is_one_k_step(task):
