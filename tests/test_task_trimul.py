@@ -407,7 +407,10 @@ def test_gpumode_script_smoke_on_tiny(tmp_path):
                                           ("gemm_input_pass", {}),
                                           ("gemm_input_pass", {"input_mode": "stats_prepass"}),
                                           ("gemm_input_pass", {"input_mode": "epilogue_stats"}),
-                                          ("gemm_input_pass", {"input_mode": "epilogue_stats", "precision": "bf16"})])
+                                          ("gemm_input_pass", {"input_mode": "epilogue_stats", "precision": "bf16"}),
+                                          ("gemm_input_pass", {"input_mode": "ln_in_tile", "gemm_block_k": 128,
+                                                               "gemm_block_m": 64, "gemm_warps": 4}),
+                                          ("gemm_input_pass", {"gemm_block_m": 256, "gemm_warps": 16})])
 def test_families_pass_full_set_on_gpu(task, family, knobs):
     run = load_entry_point(_catalog(task).render(family, knobs), name_hint=f"trimul_gpu_{family}")
     for w in task.workload_set("full"):
