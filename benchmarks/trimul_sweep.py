@@ -43,13 +43,13 @@ SUBJECTS: list[tuple[str, str, dict[str, Any]]] = [
     # larger tiles: less L2 traffic per FLOP (the weight panel is re-read by every program)
     ("gemm_bm256_w16", "gemm_input_pass", {"gemm_block_m": 256, "gemm_warps": 16}),
     ("gemm_bn256_w16", "gemm_input_pass", {"gemm_block_n": 256, "gemm_warps": 16}),
-    # ln_in_tile at 128 rows holds 249 registers (one program per SM); 64 rows and 4 warps fit two
-    ("gemm_ln_in_tile_bk128_bm64_w4", "gemm_input_pass", {"input_mode": "ln_in_tile", "gemm_block_k": 128,
-                                                          "gemm_block_m": 64, "gemm_warps": 4}),
+    # ln_in_tile at 128 rows and 8 warps holds 249 registers (one program per SM); 64 rows fit two (128)
+    ("gemm_ln_in_tile_bk128_bm64_w8", "gemm_input_pass", {"input_mode": "ln_in_tile", "gemm_block_k": 128,
+                                                          "gemm_block_m": 64, "gemm_warps": 8}),
     ("gemm_out_stages1", "gemm_input_pass", {"out_stages": 1}),
-    # epilogue_stats at 186 registers runs one 8-warp program per SM; these fit more, or larger tiles
-    ("gemm_epilogue_stats_bm64_w4", "gemm_input_pass", {"input_mode": "epilogue_stats", "gemm_block_m": 64,
-                                                        "gemm_warps": 4}),
+    # epilogue_stats at 186 registers runs one 8-warp program per SM; 64 rows fit two (125), or larger tiles
+    ("gemm_epilogue_stats_bm64_w8", "gemm_input_pass", {"input_mode": "epilogue_stats", "gemm_block_m": 64,
+                                                        "gemm_warps": 8}),
     ("gemm_epilogue_stats_bk32_s4", "gemm_input_pass", {"input_mode": "epilogue_stats", "gemm_block_k": 32,
                                                         "gemm_stages": 4}),
     ("gemm_epilogue_stats_bn256_w16_bk32", "gemm_input_pass", {"input_mode": "epilogue_stats", "gemm_block_n": 256,

@@ -281,7 +281,7 @@ def test_gemm_input_pass_compiles_to_wgmma_for_hopper():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
     configs = ["", "input_mode=stats_prepass", "input_mode=epilogue_stats", "gemm_block_n=256,precision=bf16",
-               "input_mode=ln_in_tile,gemm_block_k=128,gemm_block_m=64,gemm_warps=4"]
+               "input_mode=ln_in_tile,gemm_block_k=128,gemm_block_m=64,gemm_warps=8"]
     proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "benchmarks" / "trimul_hopper_compile.py"),
                            "--no-ptxas", *[a for c in configs for a in ("--knobs", c)]],
                           capture_output=True, text=True, env=env, cwd=str(PROJECT_ROOT), timeout=600)
@@ -409,7 +409,7 @@ def test_gpumode_script_smoke_on_tiny(tmp_path):
                                           ("gemm_input_pass", {"input_mode": "epilogue_stats"}),
                                           ("gemm_input_pass", {"input_mode": "epilogue_stats", "precision": "bf16"}),
                                           ("gemm_input_pass", {"input_mode": "ln_in_tile", "gemm_block_k": 128,
-                                                               "gemm_block_m": 64, "gemm_warps": 4}),
+                                                               "gemm_block_m": 64, "gemm_warps": 8}),
                                           ("gemm_input_pass", {"gemm_block_m": 256, "gemm_warps": 16})])
 def test_families_pass_full_set_on_gpu(task, family, knobs):
     run = load_entry_point(_catalog(task).render(family, knobs), name_hint=f"trimul_gpu_{family}")
