@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,16 @@ def compile_kernel(fn: Any, signature: dict[str, str], constexprs: dict[str, Any
                     attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
                           options={"num_warps": num_warps, "num_stages": num_stages})
+
+
+def programs_per_sm(registers: int, shared: int, warps: int) -> int:
+    """Programs of this kernel that fit one H100/H200 multiprocessor at once: 65536 registers (allocated per
+    warp in steps of 256, i.e. per thread in steps of 8), 227 KiB of shared memory for programs (1 KiB more
+    reserved per program), 64 warps."""
+    per_warp = -(-registers * 32 // 256) * 256
+    by_regs = 65536 // (per_warp * warps)
+    by_smem = SMEM_LIMIT // (shared + 1024) if shared else 32
+    return max(0, min(by_regs, by_smem, 64 // warps, 32))
 
 
 def ptxas_report(ptx: str) -> str:
@@ -130,8 +141,10 @@ def main(argv: list[str] | None = None) -> int:
             ok = k.metadata.shared <= SMEM_LIMIT and (wgmma > 0 or name != "_proj_gemm")
             bad += not ok
             regs = ptxas_report(ptx) if args.ptxas else "-"
+            used = re.search(r"Used (\d+) registers", regs)
+            fit = (f", {programs_per_sm(int(used.group(1)), k.metadata.shared, warps)} per SM" if used else "")
             print(f"[{spec or 'defaults'}] {name}: warps {warps} stages {stages} shared {k.metadata.shared} B, "
-                  f"wgmma x{wgmma}, {regs}{'' if ok else '  <- NOT OK'}", flush=True)
+                  f"wgmma x{wgmma}, {regs}{fit}{'' if ok else '  <- NOT OK'}", flush=True)
     return 1 if bad else 0
 
 
