@@ -1,6 +1,6 @@
 """TriMul knob sweep for the input pass (issue 25): one device call, every subject on GPUMode's 7 cases.
 
-    PYTHONPATH=. python3 benchmarks/trimul_sweep.py OUTDIR                # on the H200, about 5-7 minutes
+    PYTHONPATH=. python3 benchmarks/trimul_sweep.py OUTDIR                # on the H200, about 4-6 minutes
     PYTHONPATH=. python3 benchmarks/trimul_sweep.py OUTDIR --smoke        # CPU, Triton interpreter, tiny cases
 
 Subjects: the current best (`cublas_contraction` at its defaults) and `gemm_input_pass` at several knob
@@ -213,8 +213,9 @@ def main(argv: list[str] | None = None) -> int:
 def _measure(mod: Any, res: dict[str, Any], data: dict[str, Any], cases: list[Any], proj_name: str,
              timed: Callable[[str, Callable[[], Any]], float], agrees: Callable[[Any, Any], str | None],
              sync: Callable[[], None]) -> None:
-    """Fill res["input_pass"] (the module's `_project` and `_prepass` alone on the input-pass case) and
-    res["cases"] (the whole kernel per case, each checked once first); raises on a wrong output."""
+    """Fill res["input_pass"] (the module's `_project` and `_prepass` alone on the input-pass case),
+    res["cases"] (the whole kernel per case, each checked once first) and res["project_cases"] (`_project`
+    alone per case: what the rest of the call costs, per case); raises on a wrong output."""
     inputs, ref = data[proj_name]
     why = agrees(mod.run(**inputs), ref)
     if why:
@@ -234,6 +235,8 @@ def _measure(mod: Any, res: dict[str, Any], data: dict[str, Any], cases: list[An
         if why:
             raise RuntimeError(f"{w.name}: {why}")
         res["cases"][w.name] = timed(w.name, functools.partial(mod.run, **inputs))
+        res.setdefault("project_cases", {})[w.name] = timed(w.name, functools.partial(
+            mod._project, **{k: inputs[k] for k in PROJ_ARGS}))
         sync()
 
 
@@ -249,6 +252,14 @@ def _report(results: dict[str, dict[str, Any]], cases: list[Any], ranked: list[t
         geo = r["geomean_ms"]
         rel = f"{base / geo:8.3f}x" if geo and base else f"{'-':>9s}"
         print(f"{label:36s} {cells} {geo if geo else float('nan'):9.4f} {rel}")
+    print()
+    print("Input pass alone (`_project`: pre-pass, weights, GEMM) per case, ms, and its share of the call:")
+    print(f"{'subject':36s} " + " ".join(f"{_short(n):>12s}" for n in names))
+    for label, r in results.items():
+        proj = r.get("project_cases", {})
+        cells = " ".join(f"{proj[n]:6.3f} ({100 * proj[n] / r['cases'][n]:2.0f}%)" if n in proj and n in r["cases"]
+                         else f"{'-':>12s}" for n in names)
+        print(f"{label:36s} {cells}")
     print()
     print(f"Input pass alone at {proj_name} (limit {pass_limit:.3f} ms, {pass_bound}-bound):")
     print(f"{'subject':36s} {'prepass ms':>10s} {'project ms':>10s} {'% of limit':>10s} {'rest of call ms':>15s}")

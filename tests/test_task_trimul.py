@@ -475,6 +475,7 @@ def test_sweep_script_smoke(tmp_path):
         res = doc["subjects"][label]
         assert res["failed"] is None and res["geomean_ms"] > 0 and len(res["cases"]) == 2
         assert res["input_pass"]["project_ms"] > 0 and doc["test_set_failures"][label] == []
+        assert set(res["project_cases"]) == set(res["cases"]) and min(res["project_cases"].values()) > 0
     assert doc["subjects"]["gemm_defaults"]["input_pass"]["prepass_ms"] > 0
     assert mod.main([str(tmp_path), "--smoke", "--only", "nope"]) == 2
     traffic, flops = mod.input_pass_work(1, 1024, 384)
