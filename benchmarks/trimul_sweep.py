@@ -11,7 +11,8 @@ settings (SUBJECTS below; --only LABEL,... picks some). For each subject, in ord
    whichever is slower (peaks measured in this process; datasheet values off the GPU);
 2. the whole kernel on each ranked case: one checked call (GPUMode's rule, against the fp32 reference,
    computed once per case), then timed calls GPUMode's way (L2 flushed, CUDA events, the mean;
-   ksearch/task/gpumode_timing.py) on those inputs, and the geometric mean.
+   ksearch/task/gpumode_timing.py) on those inputs, and the geometric mean; the input pass alone is
+   timed on every case too, so the rest of the call (contraction, output pass) shows per case.
 Then the best two subjects are checked once on every `test` workload (held-out shapes). A subject that
 fails to compile or to match the reference is reported and the rest go on; subjects past --budget-s are
 skipped. Prints the tables and writes OUTDIR/trimul_sweep.json.
