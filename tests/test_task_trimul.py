@@ -145,6 +145,16 @@ def test_workload_sets(task):
     assert task.default_workload_set(on_gpu=False) == "tiny" and task.default_workload_set(on_gpu=True) == "feedback"
 
 
+def test_regions_split_by_sequence_length(task):
+    """One region per feedback case (S = 256, 512, 1024), read from S alone; the tiny set is one region."""
+    from ksearch.task.regions import region_of, scheme_of
+
+    assert scheme_of(task).axes_used() == ["S"]
+    assert [region_of(task, w) for w in task.workload_set("feedback")] == ["S0-256", "S256-512", "S>512"]
+    assert {region_of(task, w) for w in task.workload_set("tiny")} == {"S0-256"}
+    assert {region_of(task, w) for w in task.workload_set("benchmark")} == {"S0-256", "S256-512", "S>512"}
+
+
 def test_make_inputs_are_deterministic_and_follow_the_definition(task):
     masked, plain = task.workload_set("tiny")[0], task.workload_set("tiny")[1]
     a = task.make_inputs(masked, device="cpu", seed=7)
@@ -213,7 +223,7 @@ def _tactics():
 
 def test_catalog_shape(task):
     cat = _catalog(task)
-    assert {f.name for f in cat.families} == {"cublas_contraction", "triton_contraction"}
+    assert {f.name for f in cat.families} == {"cublas_contraction", "triton_contraction", "gemm_input_pass"}
     for fam in cat.families:
         assert 3 <= len(fam.tactics) <= 6
         for knob in fam.knobs.values():
@@ -243,6 +253,100 @@ def test_tactics_match_reference_under_interpreter(task, tiny, family, tactic, s
     for w, inp, ref in (tiny[-1],):        # the masked Cauchy case with a ragged S (the defaults see them all)
         result = _rule(task, run(**inp), ref)
         assert result.passed, (family, tactic, w.name, result.message)
+
+
+@pytest.mark.parametrize("settings", [{"gemm_block_k": 32, "gemm_block_n": 64},
+                                      {"input_mode": "stats_prepass", "gemm_block_n": 256, "gemm_block_k": 32}],
+                         ids=["even_k_narrow_n", "stats_even_k_wide_n"])
+def test_gemm_input_pass_even_k_and_column_tiles(task, tiny, settings):
+    """D = 32 with 32-wide K steps takes the unmasked K loop; 64- and 256-wide column tiles split the
+    interleaved (projection, gate) pairs and the padded out-gate tile differently from the default 128."""
+    run = load_entry_point(_catalog(task).render("gemm_input_pass", settings), name_hint="trimul_gemm_even_k")
+    w, inp, ref = tiny[1]
+    assert w.axes["D"] % 32 == 0
+    result = _rule(task, run(**inp), ref)
+    assert result.passed, (settings, w.name, result.message)
+
+
+def test_gemm_input_pass_compiles_to_wgmma_for_hopper():
+    """benchmarks/trimul_hopper_compile.py in a fresh process (Triton cannot compile for a GPU where it
+    interprets): each input mode's GEMM and pre-pass compile for the H200 (sm_90) on this CPU machine, the
+    GEMM on wgmma within one multiprocessor's shared memory. Catches what the interpreter lets through."""
+    import os
+    import subprocess
+    import sys
+
+    from ksearch import PROJECT_ROOT
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+    configs = ["", "input_mode=stats_prepass", "input_mode=epilogue_stats", "gemm_block_n=256,precision=bf16",
+               "input_mode=ln_in_tile,gemm_block_k=128,gemm_block_m=64,gemm_warps=8"]
+    proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "benchmarks" / "trimul_hopper_compile.py"),
+                           "--no-ptxas", *[a for c in configs for a in ("--knobs", c)]],
+                          capture_output=True, text=True, env=env, cwd=str(PROJECT_ROOT), timeout=600)
+    if proc.returncode == 3:
+        pytest.skip(proc.stdout[-500:])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("wgmma") >= len(configs)
+
+
+def test_gemm_input_pass_folds_the_layernorm_into_the_weights(task, tiny):
+    """The GEMM's weights carry the LayerNorm scale and its bias the shift: xhat . w + bias reproduces the
+    five projections of LN(x), in the interleaved (projection, gate) column order."""
+    from ksearch.instantiate.loader import load_module_from_source
+
+    mod = load_module_from_source(_catalog(task).render("gemm_input_pass", {"input_mode": "epilogue_stats"}),
+                                  name_hint="trimul_gemm_weights")
+    _, inp, _ = tiny[1]
+    names = ("left_proj_weight", "right_proj_weight", "left_gate_weight", "right_gate_weight", "out_gate_weight")
+    w, bias, colsum = mod._gemm_weights(inp["norm_weight"], inp["norm_bias"], *(inp[n] for n in names))
+    hidden, dim = inp["left_proj_weight"].shape
+    assert w.shape == (dim, 5 * hidden) and w.dtype == torch.bfloat16 and bias.shape == colsum.shape == (5 * hidden,)
+    x = inp["x"].reshape(-1, dim)
+    mean = x.mean(-1, keepdim=True)
+    xhat = (x - mean) / ((x - mean).pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
+    got = xhat @ w.float() + bias
+    z = xhat * inp["norm_weight"] + inp["norm_bias"]
+    want = {n: z @ inp[n].t() for n in names}
+    tol = {"rtol": 3e-2, "atol": 3e-2}                                     # bf16 weights
+    torch.testing.assert_close(got[:, 0:2 * hidden:2], want["left_proj_weight"], **tol)
+    torch.testing.assert_close(got[:, 1:2 * hidden:2], want["left_gate_weight"], **tol)
+    torch.testing.assert_close(got[:, 2 * hidden:4 * hidden:2], want["right_proj_weight"], **tol)
+    torch.testing.assert_close(got[:, 2 * hidden + 1:4 * hidden:2], want["right_gate_weight"], **tol)
+    torch.testing.assert_close(got[:, 4 * hidden:], want["out_gate_weight"], **tol)
+    torch.testing.assert_close(colsum, w.float().sum(0))
+    plain = load_module_from_source(_catalog(task).render("gemm_input_pass", {}), name_hint="trimul_gemm_w16")
+    w16, _, no_colsum = plain._gemm_weights(inp["norm_weight"], inp["norm_bias"], *(inp[n] for n in names))
+    assert w16.dtype == torch.float16 and no_colsum is None
+    torch.testing.assert_close(w16.float(), w.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_gemm_input_pass_ln_in_tile_only_where_a_row_is_one_k_step(task):
+    from ksearch.instantiate.loader import load_module_from_source
+
+    mod = load_module_from_source(_catalog(task).render("gemm_input_pass", {"input_mode": "ln_in_tile",
+                                                                             "gemm_block_k": 128}),
+                                  name_hint="trimul_ln_in_tile")
+    assert [mod._effective_mode(d) for d in (32, 128, 384, 768)] == [3, 3, 0, 0]
+    assert mod._gemm_stages(3) == 1 and mod._gemm_stages(0) == 2      # 96 vs 64 KiB a stage, 160 KiB budget
+
+
+def test_dispatch_by_sequence_length_composes_trimul_families(task, tiny):
+    """A shape dispatch over two families (the search composes one per S region) runs on every tiny case:
+    the members' same-named kernels and helpers are namespaced apart, S is read from x's shape."""
+    from ksearch.instantiate.dispatch import Member, axis_sources, compose
+    from ksearch.task.regions import scheme_of
+
+    cat = _catalog(task)
+    members = [Member("a", cat.render("gemm_input_pass", {"gemm_block_n": 64})),
+                Member("b", cat.render("cublas_contraction", {}))]
+    source = compose(members, {(0,): "a"}, "b", scheme_of(task), task.definition.input_names,
+                     axis_sources(task.definition), TASK)
+    run = load_entry_point(source, name_hint="trimul_dispatch")
+    for w, inp, ref in tiny:
+        result = _rule(task, run(**inp), ref)
+        assert result.passed, (w.name, result.message)
 
 
 # ---- GPUMode timing --------------------------------------------------------------------------------
@@ -299,7 +403,14 @@ def test_gpumode_script_smoke_on_tiny(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("family,knobs", [("cublas_contraction", {}), ("triton_contraction", {}),
                                           ("cublas_contraction", {"precision": "bf16"}),
-                                          ("triton_contraction", {"precision": "bf16"})])
+                                          ("triton_contraction", {"precision": "bf16"}),
+                                          ("gemm_input_pass", {}),
+                                          ("gemm_input_pass", {"input_mode": "stats_prepass"}),
+                                          ("gemm_input_pass", {"input_mode": "epilogue_stats"}),
+                                          ("gemm_input_pass", {"input_mode": "epilogue_stats", "precision": "bf16"}),
+                                          ("gemm_input_pass", {"input_mode": "ln_in_tile", "gemm_block_k": 128,
+                                                               "gemm_block_m": 64, "gemm_warps": 8}),
+                                          ("gemm_input_pass", {"gemm_block_m": 256, "gemm_warps": 16})])
 def test_families_pass_full_set_on_gpu(task, family, knobs):
     run = load_entry_point(_catalog(task).render(family, knobs), name_hint=f"trimul_gpu_{family}")
     for w in task.workload_set("full"):
@@ -346,3 +457,27 @@ def test_ksearch_run_passes_on_tiny(tmp_path):
     assert len(R.of_kind(read_records(run_dir / "journal.jsonl")[0], R.Evaluation)) == 4
     assert (run_dir / "best" / "solution.py").exists()
     assert "best:" in proc.stdout and "vs PyTorch reference (CPU)" in proc.stdout
+
+
+def test_sweep_script_smoke(tmp_path):
+    """benchmarks/trimul_sweep.py --smoke: two subjects on two tiny cases under the interpreter, the JSON and
+    the held-out check included (what the H200 run does, minus the GPU)."""
+    import importlib.util
+
+    from ksearch import PROJECT_ROOT
+
+    spec = importlib.util.spec_from_file_location("trimul_sweep", PROJECT_ROOT / "benchmarks" / "trimul_sweep.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main([str(tmp_path), "--smoke", "--only", "cublas_defaults,gemm_defaults"]) == 0
+    doc = json.loads((tmp_path / "trimul_sweep.json").read_text())
+    for label in ("cublas_defaults", "gemm_defaults"):
+        res = doc["subjects"][label]
+        assert res["failed"] is None and res["geomean_ms"] > 0 and len(res["cases"]) == 2
+        assert res["input_pass"]["project_ms"] > 0 and doc["test_set_failures"][label] == []
+        assert set(res["project_cases"]) == set(res["cases"]) and min(res["project_cases"].values()) > 0
+    assert doc["subjects"]["gemm_defaults"]["input_pass"]["prepass_ms"] > 0
+    assert mod.main([str(tmp_path), "--smoke", "--only", "nope"]) == 2
+    traffic, flops = mod.input_pass_work(1, 1024, 384)
+    assert traffic == 1024 ** 2 * (4 * 384 + 4 + 6 * 128) and flops == 2 * 1024 ** 2 * 384 * 640
+    assert mod.limit_ms(4_200_000_000, 0, 4.2, 790.0) == (1.0, "memory")

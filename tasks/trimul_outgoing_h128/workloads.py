@@ -19,6 +19,10 @@ the definition. Each workload also says whether a mask is applied and how x is d
 - `tiny`: CPU interpreter cases (B <= 2, S in {8, 16, 33}, D in {16, 32}): S = 33 is a ragged tail for
   every tile size, D = 16 and 32 are smaller than a 64-wide D tile, one case is masked and one Cauchy.
 
+Regions (`REGIONS`, what the search keeps a best kernel for and a dispatch switches on): the sequence
+length S in three buckets, S <= 256 (launch- and input-pass-bound), 256 < S <= 512, S > 512 (the O(S^3)
+contraction and the 1-2 GB input pass dominate); the feedback set has one case in each. Read from x's shape.
+
 Inputs follow GPUMode's generator: x ~ N(0, 1) or Cauchy(0, 2) (inverse CDF, 2 tan(pi (u - 1/2)));
 mask 0/1 uniformly when masked, all ones otherwise; LayerNorm scales and shifts ~ N(0, 1); the five
 [H, D] projections ~ N(0, 1) / sqrt(H); to_out ~ N(0, 1) / sqrt(D). Everything comes from one generator
@@ -32,6 +36,7 @@ import math
 import torch
 
 from ksearch.task import Workload
+from ksearch.task.regions import Feature, RegionScheme
 
 H = 128
 
@@ -75,6 +80,13 @@ TINY_CASES = [
     (16, 1, 32, False, "normal"),
     (33, 1, 32, True, "cauchy"),
 ]
+
+
+REGIONS = RegionScheme((Feature("S", "S", (256, 512)),))
+
+
+def region_of(workload: Workload) -> str:
+    return REGIONS.of(workload)
 
 
 def _workload(prefix: str, case: tuple[int, int, int, bool, str]) -> Workload:
