@@ -178,7 +178,8 @@ def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int
     capacity = (capacity + 3) // 4 * 4
     num_blocks = -(-capacity // block_m)
     bucket = (topk_ids.reshape(-1).to(torch.int64) + 1).clamp_(0, num_experts)       # -1 -> bucket 0
-    counts = torch.bincount(bucket, minlength=buckets)
+    # scatter_add_, not bincount: CUDA's bincount reads the input's max on the host (no graph capture then).
+    counts = torch.zeros(buckets, dtype=torch.int64, device=device).scatter_add_(0, bucket, torch.ones_like(bucket))
     padded = (counts + block_m - 1) // block_m * block_m
     ends = torch.cumsum(padded, 0)
     starts = ends - padded
