@@ -9,11 +9,11 @@ judge's clocks (ksearch.eval.trusted.baselines.time_subject: CUDA graph of [L2 f
 flushes; CUPTI spans when the call cannot be captured). Subjects:
 
 - baselines of the task: torch_grouped_fp8_dequant, cublaslt_fp8_blockscale, sglang_triton_fused_moe_fp8
-  (the judged peer: SGLang's kernels, two-term FP8 intermediate so that it meets the 1% rule);
+  (the judged peer: SGLang's kernels with the tiles SGLang picks, its default here as no E=32 file ships;
+  two-term FP8 intermediate so that it meets the 1% rule) and sglang_triton_fused_moe_fp8_tuned_e72 (the
+  same with the package's H200 tuned file of the same GEMM shapes, E=72, N=2048);
 - sglang_exact_serving (information): SGLang's own single FP8 rounding of the intermediate; it misses the
   task's rule, so it is timed but marked failed: the time SGLang itself would take;
-- sglang_tuned_e72 (information): the peer with the package's H200 tuned file of the same N (E=72, N=2048)
-  where no E=32 file exists (SGLang's default config otherwise), to show what tuning is worth;
 - the catalog's families at their default knobs.
 
 Prints a table (GPU ms, % of the binding limit: weight traffic / measured copy bandwidth for small T, FLOPs
@@ -36,8 +36,9 @@ from typing import Any
 TASK = "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048"
 GPU_WORKLOADS = ("fb_t1_off32", "fb_t32_off32", "full_t901_off96", "full_t11948_off128")
 SMOKE_WORKLOADS = ("tiny_t1_off32",)
-BASELINES = ("torch_grouped_fp8_dequant", "cublaslt_fp8_blockscale", "sglang_triton_fused_moe_fp8")
-PEER_INFO = {"sglang_exact_serving": {"exact_serving": True}, "sglang_tuned_e72": {"config_experts": 72}}
+BASELINES = ("torch_grouped_fp8_dequant", "cublaslt_fp8_blockscale", "sglang_triton_fused_moe_fp8",
+             "sglang_triton_fused_moe_fp8_tuned_e72")
+PEER_INFO = {"sglang_exact_serving": {"exact_serving": True}}
 
 
 def _workloads(task: Any, names: tuple[str, ...]) -> list[Any]:
@@ -134,6 +135,8 @@ def run_check(out_dir: Path, *, smoke: bool, families: bool, budget_s: float, on
                 check = check_outputs(got, ref, names, atol=c.atol, rtol=c.rtol,
                                       required_matched_ratio=c.required_matched_ratio, rule=c.rule)
                 row["passed"], row["check"] = check.passed, check.message[:300]
+                if hasattr(call, "sglang_config"):
+                    row["sglang_config"] = call.sglang_config
                 if not check.passed and kind != "info":
                     continue
                 with torch.no_grad():

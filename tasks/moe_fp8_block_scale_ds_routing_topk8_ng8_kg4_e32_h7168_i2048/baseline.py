@@ -232,6 +232,8 @@ def sglang_triton_fused_moe_fp8(inputs, *, exact_serving=False, config_experts=N
         return peer.fused_experts(plan, hs, hs_scale_t, weights, local, exact_serving=exact_serving,
                                   work_dtype=dtype)
 
+    call.sglang_config = {"config": plan.config, "down_config": plan.down_config,  # type: ignore[attr-defined]
+                          "source": plan.config_source}
     return call
 
 
@@ -243,4 +245,8 @@ BASELINES = {
     # What SGLang runs for DeepSeek-V3 FP8 on Hopper: its Triton fused-MoE kernels, from the installed
     # package (absent: this baseline fails with the reason and the others still run).
     "sglang_triton_fused_moe_fp8": sglang_triton_fused_moe_fp8,
+    # The same with the package's tuned H200 tiles of the same GEMM shapes (its E=72, N=2048 file; no E=32
+    # file ships, so SGLang itself would use its default tiles above): what a tuned deployment gets.
+    "sglang_triton_fused_moe_fp8_tuned_e72": lambda inputs, **kw: sglang_triton_fused_moe_fp8(
+        inputs, config_experts=72, **kw),
 }
