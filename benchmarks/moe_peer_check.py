@@ -91,7 +91,7 @@ def _peer_info(task: Any) -> dict[str, Any]:
 
     peer = task_module(task.dir, "sglang_peer")
     try:
-        _, configs, version = peer.load()
+        version = peer.load().version
     except peer.PeerUnavailable as e:
         return {"available": False, "reason": str(e)}
     return {"available": True, "version": version, "kernels": peer.KERNELS}

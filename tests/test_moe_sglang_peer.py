@@ -75,6 +75,19 @@ def _sglang_or_skip(peer):
         pytest.skip(str(e))
 
 
+@pytest.mark.parametrize("tokens,top_k,block_m", [(1, 8, 16), (4, 16, 64), (8, 8, 16)])
+def test_sglang_small_batch_align_agrees_with_ours(peer, tokens, top_k, block_m):
+    _sglang_or_skip(peer)
+    gen = torch.Generator().manual_seed(7 + tokens)
+    ids = torch.randint(-1, 32, (tokens, top_k), generator=gen, dtype=torch.int32)
+    theirs = peer.align(peer.load(), ids, block_m, 32)
+    ours = peer.align_block_size(ids, block_m, 32)
+    n = int(ours[2][0])
+    assert int(theirs[2][0]) == n
+    assert theirs[0][:n].tolist() == ours[0][:n].tolist()
+    assert theirs[1][: n // block_m].tolist() == ours[1][: n // block_m].tolist()
+
+
 def test_baseline_reports_why_when_sglang_is_absent(task, peer):
     try:
         peer.load()

@@ -15,8 +15,9 @@ those modules import but the path used here never calls (platform probes answere
 activation quantisers, which never run because activations arrive already in FP8). The orchestration
 below follows SGLang's `fused_experts_impl` with four differences, all in our code:
 
-- the expert-major alignment (`align_block_size`) is ours, in torch on the device, in SGLang's layout
-  (SGLang's own is a CUDA kernel in `sgl_kernel`); it costs a few small kernels;
+- the expert-major alignment above 64 token-expert pairs (`align_block_size`) is ours, in torch on the
+  device, in SGLang's layout (SGLang's is a CUDA kernel in `sgl_kernel`); up to 64 pairs it is the
+  package's one-launch Triton `moe_align_small_numel`;
 - the checkpoint's W13 halves are [up; gate] and SGLang's are [gate; up]: they are swapped once when the
   call is planned (a load-time weight layout, outside the timed call);
 - routing is the task's (`route`, DeepSeek-V3 no-aux), and global ids outside this rank map to -1, the
@@ -38,7 +39,7 @@ import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -46,6 +47,7 @@ BLOCK = 128
 FP8_MAX = 448.0
 KERNELS = "sglang.kernels.ops.moe.fused_moe_triton_kernels"
 CONFIGS = "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config"
+SMALL_ALIGN = "sglang.kernels.ops.moe.moe_align_small_numel"
 
 
 class PeerUnavailable(RuntimeError):
@@ -134,9 +136,16 @@ def _load_file(root: Path, dotted: str) -> types.ModuleType:
     return mod
 
 
+class Sglang(NamedTuple):
+    kernels: types.ModuleType          # fused_moe_triton_kernels
+    configs: types.ModuleType          # fused_moe_triton_config
+    small_align: types.ModuleType      # moe_align_small_numel (one-launch alignment for tiny batches)
+    version: str
+
+
 @functools.lru_cache(maxsize=1)
-def load() -> tuple[types.ModuleType, types.ModuleType, str]:
-    """(SGLang's fused-MoE kernel module, its config module, the package version); PeerUnavailable if absent.
+def load() -> Sglang:
+    """SGLang's fused-MoE kernel modules and the package version; PeerUnavailable if absent.
 
     sglang's own modules are used where they exist; a stand-in is registered only for a module not
     already imported (so a full sglang install, if one is ever present, keeps its own)."""
@@ -153,10 +162,33 @@ def load() -> tuple[types.ModuleType, types.ModuleType, str]:
     _load_file(root, "sglang.srt.environ")
     kernels = _load_file(root, KERNELS)
     configs = _load_file(root, CONFIGS)
+    small_align = _load_file(root, SMALL_ALIGN)
     version = "unknown"
     for info in root.parent.glob("sglang-*.dist-info"):
         version = info.name.removeprefix("sglang-").removesuffix(".dist-info")
-    return kernels, configs, version
+    return Sglang(kernels, configs, small_align, version)
+
+
+def _capacity(numel: int, block_m: int, buckets: int) -> int:
+    """SGLang's size of sorted_token_ids (moe_align_block_size in its triton_utils)."""
+    capacity = numel * block_m if numel < buckets else numel + buckets * (block_m - 1)
+    return (capacity + 3) // 4 * 4
+
+
+def align(sg: Sglang, topk_ids: torch.Tensor, block_m: int, num_experts: int
+          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The alignment SGLang would run: its one-launch Triton kernel for tiny batches (numel up to its
+    SMALL_NUMEL_LIMIT, where SGLang's CUDA kernel would also take one launch); ours above that."""
+    numel = topk_ids.numel()
+    if numel > sg.small_align.SMALL_NUMEL_LIMIT:
+        return align_block_size(topk_ids, block_m, num_experts)
+    capacity = _capacity(numel, block_m, num_experts + 1)
+    device = topk_ids.device
+    sorted_ids = torch.empty(capacity, dtype=torch.int32, device=device)
+    expert_ids = torch.empty(-(-capacity // block_m), dtype=torch.int32, device=device)
+    post_pad = torch.empty(1, dtype=torch.int32, device=device)
+    sg.small_align.moe_align_small_numel(topk_ids, num_experts + 1, block_m, sorted_ids, expert_ids, post_pad)
+    return sorted_ids, expert_ids, post_pad
 
 
 def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int
@@ -171,11 +203,7 @@ def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int
     numel = topk_ids.numel()
     device = topk_ids.device
     buckets = num_experts + 1
-    if numel < buckets:
-        capacity = numel * block_m
-    else:
-        capacity = numel + buckets * (block_m - 1)
-    capacity = (capacity + 3) // 4 * 4
+    capacity = _capacity(numel, block_m, buckets)
     num_blocks = -(-capacity // block_m)
     bucket = (topk_ids.reshape(-1).to(torch.int64) + 1).clamp_(0, num_experts)       # -1 -> bucket 0
     # scatter_add_, not bincount: CUDA's bincount reads the input's max on the host (no graph capture then).
@@ -255,7 +283,7 @@ def pick_config(configs: types.ModuleType, num_experts: int, inter: int, hidden:
 
 
 def plan(inputs: dict[str, Any], top_k: int, config_experts: int | None = None) -> Plan:
-    _, configs, _ = load()
+    configs = load().configs
     w13, s13 = gate_up_layout(inputs["gemm1_weights"], inputs["gemm1_weights_scale"])
     num_experts, hidden, inter = inputs["gemm2_weights"].shape
     m = inputs["hidden_states"].shape[0]
@@ -272,7 +300,8 @@ def fused_experts(p: Plan, hidden_states: torch.Tensor, hidden_scale_t: torch.Te
     hidden_states [T, H] fp8 with scales hidden_scale_t [T, H/128] (any strides); topk_ids [T, k] local
     ids (-1: not on this rank); topk_weights [T, k] fp32 (already scaled). Returns bf16 [T, H].
     """
-    kernels, _, _ = load()
+    sg = load()
+    kernels = sg.kernels
     from triton import language as tl
 
     num_tokens, top_k = topk_ids.shape
@@ -282,7 +311,7 @@ def fused_experts(p: Plan, hidden_states: torch.Tensor, hidden_scale_t: torch.Te
                   use_int4_w4a16=False, per_channel_quant=False, block_shape=block)
     ids = topk_ids.to(torch.int32)
     weights = topk_weights.to(torch.float32).contiguous()
-    sorted_ids, expert_ids, post_pad = align_block_size(ids, p.config["BLOCK_SIZE_M"], num_experts)
+    sorted_ids, expert_ids, post_pad = align(sg, ids, p.config["BLOCK_SIZE_M"], num_experts)
     gate_up = torch.empty(num_tokens * top_k, 2 * inter, dtype=work_dtype, device=hidden_states.device)
     kernels.invoke_fused_moe_kernel(hidden_states, p.w13, None, gate_up, hidden_scale_t, p.w13_scale, None,
                                     weights, ids, sorted_ids, expert_ids, post_pad, False, top_k, p.config,
@@ -302,7 +331,7 @@ def fused_experts(p: Plan, hidden_states: torch.Tensor, hidden_scale_t: torch.Te
         a2_scale = a2_scale.view(num_tokens * 2 * top_k, -1)
         ids2 = torch.cat([ids, ids], 1).contiguous()
         weights2 = torch.cat([weights, weights], 1).contiguous()
-        sorted2, experts2, post2 = align_block_size(ids2, down_cfg["BLOCK_SIZE_M"], num_experts)
+        sorted2, experts2, post2 = align(sg, ids2, down_cfg["BLOCK_SIZE_M"], num_experts)
     k2 = ids2.shape[1]
     per_pair = torch.empty(num_tokens, k2, hidden, dtype=work_dtype, device=hidden_states.device)
     kernels.invoke_fused_moe_kernel(a2, p.w2, None, per_pair, a2_scale, p.w2_scale, None, weights2, ids2,
