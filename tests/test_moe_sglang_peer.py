@@ -68,6 +68,24 @@ def test_two_fp8_terms_sum_to_the_value_within_2e_3(peer):
     assert (one - x).abs().max() > 4 * (back - x).abs().max()          # the second term is what makes it 1%-exact
 
 
+def test_one_launch_quantiser_writes_the_stacked_two_term_layout(peer):
+    """Our Triton quantiser for GEMM2's input (no sglang needed), against the torch path. The interpreter
+    rounds fp32 -> FP8 differently from the GPU, so FP8 values are compared through what they sum to."""
+    act = torch.randn(3 * 8, 256, generator=torch.Generator().manual_seed(1)) * 2
+    want_q, want_s = peer.quantise_for_gemm2(act, 8, True)        # CPU tensors: the torch path
+    q = torch.empty_like(want_q)
+    s = torch.empty_like(want_s)
+    peer._quant_kernel()[(24,)](act, q, s, 8, K=256, KB=2, TWO_TERMS=True)
+    hi_rows = torch.arange(48).view(3, 2, 8)[:, 0].reshape(-1)
+    assert torch.equal(s[hi_rows], want_s[hi_rows])                  # amax / 448 of each pair's blocks
+    deq = (q.float().view(48, 2, 128) * s[..., None]).view(3, 2, 8, 256)
+    back = (deq[:, 0] + deq[:, 1]).reshape(24, 256)
+    assert (back - act).abs().max() <= 1e-2 * act.abs().max()
+    single_q, single_s = torch.empty(24, 256, dtype=torch.float8_e4m3fn), torch.empty(24, 2)
+    peer._quant_kernel()[(24,)](act, single_q, single_s, 8, K=256, KB=2, TWO_TERMS=False)
+    assert torch.equal(single_s, peer.fp8_blocks(act)[1])
+
+
 def _sglang_or_skip(peer):
     try:
         peer.load()

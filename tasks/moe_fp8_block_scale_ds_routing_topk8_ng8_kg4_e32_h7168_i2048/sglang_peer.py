@@ -239,6 +239,58 @@ def fp8_two_terms(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     return hi, hi_scale, lo, lo_scale
 
 
+@functools.lru_cache(maxsize=1)
+def _quant_kernel() -> Any:
+    """One launch for the GEMM2 input, where SGLang runs one per-token-group quant launch: each program
+    takes one row of the SwiGLU output, quantises every 1x128 block to FP8 (scale = amax / 448) and, with
+    TWO_TERMS, also what that rounding left over, writing both straight into the stacked layout."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def two_term_fp8(x_ptr, q_ptr, s_ptr, top_k, K: tl.constexpr, KB: tl.constexpr, TWO_TERMS: tl.constexpr):
+        pair = tl.program_id(0)
+        blocks = tl.arange(0, KB)
+        cols = tl.arange(0, 128)
+        offs = blocks[:, None] * 128 + cols[None, :]
+        x = tl.load(x_ptr + pair.to(tl.int64) * K + offs).to(tl.float32)
+        if TWO_TERMS:       # pair (t, j) -> rows t*2k + j (rounding) and t*2k + k + j (residual)
+            row = (pair // top_k) * 2 * top_k + pair % top_k
+        else:
+            row = pair
+        scale = tl.maximum(tl.max(tl.abs(x), axis=1), 1e-10) / 448.0
+        q = tl.clamp(x / scale[:, None], -448.0, 448.0).to(tl.float8e4nv)
+        tl.store(q_ptr + row.to(tl.int64) * K + offs, q)
+        tl.store(s_ptr + row.to(tl.int64) * KB + blocks, scale)
+        if TWO_TERMS:
+            rest = x - q.to(tl.float32) * scale[:, None]
+            scale2 = tl.maximum(tl.max(tl.abs(rest), axis=1), 1e-10) / 448.0
+            q2 = tl.clamp(rest / scale2[:, None], -448.0, 448.0).to(tl.float8e4nv)
+            tl.store(q_ptr + (row + top_k).to(tl.int64) * K + offs, q2)
+            tl.store(s_ptr + (row + top_k).to(tl.int64) * KB + blocks, scale2)
+
+    return two_term_fp8
+
+
+def quantise_for_gemm2(act: torch.Tensor, top_k: int, two_terms: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The SwiGLU output [T*k, I] as GEMM2's FP8 input and its [rows, I/128] scales: one term per pair
+    (SGLang's rounding), or two (rows t*2k + j and t*2k + k + j). CUDA: one Triton launch; CPU: torch."""
+    pairs, inter = act.shape
+    if act.device.type != "cuda":
+        if not two_terms:
+            return fp8_blocks(act)
+        hi, hi_s, lo, lo_s = fp8_two_terms(act)
+        t = pairs // top_k
+        q = torch.stack([hi.view(t, top_k, inter), lo.view(t, top_k, inter)], 1).view(2 * pairs, inter)
+        s = torch.stack([hi_s.view(t, top_k, -1), lo_s.view(t, top_k, -1)], 1).view(2 * pairs, -1)
+        return q, s
+    rows = 2 * pairs if two_terms else pairs
+    q = torch.empty(rows, inter, dtype=torch.float8_e4m3fn, device=act.device)
+    s = torch.empty(rows, inter // BLOCK, dtype=torch.float32, device=act.device)
+    _quant_kernel()[(pairs,)](act, q, s, top_k, K=inter, KB=inter // BLOCK, TWO_TERMS=two_terms, num_warps=4)
+    return q, s
+
+
 @dataclass(frozen=True)
 class Plan:
     """Weights in SGLang's layout and what SGLang would pick for this T."""
@@ -319,16 +371,11 @@ def fused_experts(p: Plan, hidden_states: torch.Tensor, hidden_scale_t: torch.Te
     act = torch.empty(num_tokens * top_k, inter, dtype=work_dtype, device=hidden_states.device)
     kernels.act_and_mul_triton(gate_up, act, p.config, ids, expert_ids, False, "silu")
     down_cfg = p.down_config or p.config
+    a2, a2_scale = quantise_for_gemm2(act, top_k, not exact_serving)
     if exact_serving:
-        a2, a2_scale = fp8_blocks(act)
         ids2, weights2 = ids, weights
         sorted2, experts2, post2 = sorted_ids, expert_ids, post_pad
-    else:       # pair (t, j) -> rows t*2k + j (rounding) and t*2k + k + j (residual), one expert each
-        hi, hi_s, lo, lo_s = fp8_two_terms(act)
-        a2 = torch.stack([hi.view(num_tokens, top_k, inter), lo.view(num_tokens, top_k, inter)], 1)
-        a2 = a2.view(num_tokens * 2 * top_k, inter)
-        a2_scale = torch.stack([hi_s.view(num_tokens, top_k, -1), lo_s.view(num_tokens, top_k, -1)], 1)
-        a2_scale = a2_scale.view(num_tokens * 2 * top_k, -1)
+    else:       # each pair twice, one expert each: its rounding's row and its residual's row
         ids2 = torch.cat([ids, ids], 1).contiguous()
         weights2 = torch.cat([weights, weights], 1).contiguous()
         sorted2, experts2, post2 = align(sg, ids2, down_cfg["BLOCK_SIZE_M"], num_experts)
