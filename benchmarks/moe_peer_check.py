@@ -10,8 +10,9 @@ flushes; CUPTI spans when the call cannot be captured). Subjects:
 
 - baselines of the task: torch_grouped_fp8_dequant, cublaslt_fp8_blockscale, sglang_triton_fused_moe_fp8
   (the judged peer: SGLang's kernels with the tiles SGLang picks, its default here as no E=32 file ships;
-  two-term FP8 intermediate so that it meets the 1% rule) and sglang_triton_fused_moe_fp8_tuned_e72 (the
-  same with the package's H200 tuned file of the same GEMM shapes, E=72, N=2048);
+  two-term FP8 intermediate so that it meets the 1% rule) and sglang_triton_fused_moe_fp8_tuned (SGLang's
+  router kernel too, and the package's H200 tuned file of the same GEMM shapes, E=72, N=2048);
+- sglang_tuned_tiles_only, sglang_router_only (information): each of those two changes alone;
 - sglang_exact_serving (information): SGLang's own single FP8 rounding of the intermediate; it misses the
   task's rule, so it is timed but marked failed: the time SGLang itself would take;
 - the catalog's families at their default knobs.
@@ -37,8 +38,10 @@ TASK = "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048"
 GPU_WORKLOADS = ("fb_t1_off32", "fb_t32_off32", "full_t901_off96", "full_t11948_off128")
 SMOKE_WORKLOADS = ("tiny_t1_off32",)
 BASELINES = ("torch_grouped_fp8_dequant", "cublaslt_fp8_blockscale", "sglang_triton_fused_moe_fp8",
-             "sglang_triton_fused_moe_fp8_tuned_e72")
-PEER_INFO = {"sglang_exact_serving": {"exact_serving": True}}
+             "sglang_triton_fused_moe_fp8_tuned")
+# Each of the tuned baseline's two changes alone, and SGLang's own single rounding (fails the 1% rule).
+PEER_INFO = {"sglang_exact_serving": {"exact_serving": True}, "sglang_tuned_tiles_only": {"config_experts": 72},
+             "sglang_router_only": {"sglang_router": True}}
 
 
 def _workloads(task: Any, names: tuple[str, ...]) -> list[Any]:

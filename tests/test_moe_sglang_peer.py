@@ -118,14 +118,30 @@ def test_baseline_reports_why_when_sglang_is_absent(task, peer):
         pytest.skip("sglang is importable here; the absent case cannot be shown")
 
 
-@pytest.mark.parametrize("name", ["tiny_t5_off0", "tiny_t150_off64_hot3"])
-def test_sglang_kernels_pass_the_task_rule_under_interpreter(task, peer, name):
+@pytest.mark.parametrize("name", ["tiny_t1_off32", "tiny_t150_off64_hot3", "fb_t7_off192"])
+def test_sglang_router_routes_as_the_task_does(task, peer, name):
+    _sglang_or_skip(peer)
+    w = next(w for ws in task.workload_sets().values() for w in ws if w.name == name)
+    logits, bias = task.workloads_module._routing(w.name, w.axes["seq_len"], int(w.params["local_expert_offset"]),
+                                                  w.params.get("hot_expert"))
+    ids, weights = peer.route(logits, bias, 2.5, 8, 8, 4)
+    want_ids, want_weights = task_module(task.dir, "reference").route(logits, bias, 2.5)
+    ids, order = ids.long().sort(1)
+    want_ids, want_order = want_ids.sort(1)
+    assert torch.equal(ids, want_ids)
+    torch.testing.assert_close(weights.gather(1, order), want_weights.gather(1, want_order), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,baseline", [("tiny_t5_off0", "sglang_triton_fused_moe_fp8"),
+                                           ("tiny_t150_off64_hot3", "sglang_triton_fused_moe_fp8"),
+                                           ("tiny_t19_off224", "sglang_triton_fused_moe_fp8_tuned")])
+def test_sglang_kernels_pass_the_task_rule_under_interpreter(task, peer, name, baseline):
     _sglang_or_skip(peer)
     w = next(w for w in task.workload_set("tiny") if w.name == name)
     inputs = task.make_inputs(w, device="cpu", seed=3)
     ref = task.reference(**inputs)
     c = task.correctness
-    factory = task.baselines()["sglang_triton_fused_moe_fp8"]
+    factory = task.baselines()[baseline]
     got = factory(inputs, work_dtype=torch.float32)()
     check = check_outputs([got], [ref], ["output"], atol=c.atol, rtol=c.rtol,
                           required_matched_ratio=c.required_matched_ratio, rule=c.rule)
