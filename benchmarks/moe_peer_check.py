@@ -193,6 +193,11 @@ def table(result: dict) -> str:
     lines.append(f"peaks: {result['peaks']['copy_tbs']:.2f} TB/s copy ({result['peaks']['memory_source']}), "
                  f"fp8 {result['peaks']['tflops'].get('fp8', 0):.0f} TFLOP/s "
                  f"({result['peaks']['compute_sources'].get('fp8', 'datasheet')})")
+    for r in result["rows"]:
+        if "sglang_config" in r:
+            cfg = r["sglang_config"]
+            tiles = {k: v for k, v in cfg["config"].items() if k.startswith("BLOCK_SIZE") or k.startswith("num_")}
+            lines.append(f"{r['subject']} @ T={r['T']}: {tiles} from {cfg['source']}")
     seen = set()
     for r in result["rows"]:
         if "error" in r and not r["error"].startswith(("skipped", "PeerUnavailable")) and r["error"] not in seen:
