@@ -176,7 +176,7 @@ class Sweep:
 
     # ---- set-up ---------------------------------------------------------------------------------------------
     def measure_peaks(self) -> None:
-        if self.smoke or self.peaks["source"] == "measured":
+        if self.smoke or str(self.peaks["source"]).startswith("measured"):
             return
         from ksearch.eval.clocks.roofline import measure_peaks
 
@@ -364,6 +364,18 @@ def _fmt(v: float | None, spec: str) -> str:
     return format(v, spec) if v is not None else "-".rjust(int(width) if width.isdigit() else 0)
 
 
+def _gemm_rate(kernel: dict[str, Any], point: dict[str, Any]) -> str:
+    """For a GEMM kernel of the breakdown: its share of the FLOPs (GEMM1 4/6, GEMM2 2/6) in TFLOP/s and of the
+    traffic (mostly weights: GEMM1 2/3, GEMM2 1/3) in TB/s over its own time."""
+    name, us = kernel["kernel"], kernel["us"]
+    share = (4 / 6, 2 / 3) if "_gemm1" in name else (2 / 6, 1 / 3) if "_gemm2" in name else None
+    if share is None or us <= 0:
+        return ""
+    seconds = us * 1e-6
+    return (f"  {point['flops'] * share[0] / seconds / 1e12:7.1f} TFLOP/s "
+            f"{point['traffic_bytes'] * share[1] / seconds / 1e12:6.2f} TB/s")
+
+
 def table(doc: dict[str, Any]) -> str:
     """One line per (T, setting), then the best setting per T with its % of the binding limit."""
     pk = doc["peaks"]
@@ -393,7 +405,7 @@ def table(doc: dict[str, Any]) -> str:
         vs_old = f", {old[0] / b['ms']:.2f}x {OLD} defaults" if old else ""
         lines.append(f"{p['T']:>6} {b['ms']:.4f} ms = {limit}{vs_old}: {label(b['family'], b['knobs'])}")
         for k in b.get("kernels") or []:
-            lines.append(f"{'':>8} {k['us']:9.1f} us x{k['count']} {k['kernel']}")
+            lines.append(f"{'':>8} {k['us']:9.1f} us x{k['count']} {k['kernel'][:48]:<48}{_gemm_rate(k, p)}")
     return "\n".join(lines)
 
 
