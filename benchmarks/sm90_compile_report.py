@@ -33,8 +33,9 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _capture(task: Any, source: str, name_hint: str) -> list[tuple[Any, tuple, dict]]:
-    """(jit function, args, kwargs) of every launch `run()` makes on the task's last tiny workload."""
+def _capture(task: Any, source: str, name_hint: str, workload: Any = None) -> list[tuple[Any, tuple, dict]]:
+    """(jit function, args, kwargs) of every launch `run()` makes on `workload` (default: the task's last
+    tiny workload)."""
     from triton.runtime.jit import JITFunction
 
     from ksearch.instantiate.loader import load_entry_point
@@ -43,7 +44,7 @@ def _capture(task: Any, source: str, name_hint: str) -> list[tuple[Any, tuple, d
     original = JITFunction.run
     JITFunction.run = lambda self, *args, grid, warmup, **kw: launches.append((self, args, kw))
     try:
-        inputs = task.make_inputs(task.workload_set("tiny")[-1], device="cpu", seed=0)
+        inputs = task.make_inputs(workload or task.workload_set("tiny")[-1], device="cpu", seed=0)
         load_entry_point(source, name_hint=name_hint)(**inputs)
     finally:
         JITFunction.run = original
@@ -57,7 +58,7 @@ def _compile(fn: Any, args: tuple, kw: dict) -> Any:
     from triton.compiler import ASTSource
 
     ptr = {torch.bfloat16: "*bf16", torch.float32: "*fp32", torch.int32: "*i32", torch.int64: "*i64",
-           torch.float16: "*fp16", torch.uint8: "*u8"}
+           torch.float16: "*fp16", torch.uint8: "*u8", torch.float8_e4m3fn: "*fp8e4nv", torch.float8_e5m2: "*fp8e5"}
     unspecialized = {fn.params[i].name if isinstance(i, int) else i for i in (fn.do_not_specialize or [])}
     sig, consts, attrs = {}, {}, {}
     for i, p in enumerate(fn.params):
@@ -94,8 +95,10 @@ def _sass_facts(cubin: bytes) -> dict[str, Any]:
             "hgmma": sass.count("HGMMA"), "hmma": sass.count("HMMA"), "ldgsts": sass.count("LDGSTS")}
 
 
-def report(task_name: str, family: str, settings: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (setting, kernel launch); see the module docstring."""
+def report(task_name: str, family: str, settings: list[dict[str, Any]], workload: Any = None,
+           kernels: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """One row per (setting, kernel launch) on `workload` (see `_capture`), only the launches of `kernels`
+    when given; see the module docstring."""
     os.environ.pop("TRITON_INTERPRET", None)
     import triton
 
@@ -107,11 +110,13 @@ def report(task_name: str, family: str, settings: list[dict[str, Any]]) -> list[
     rows = []
     for knobs in settings:
         try:
-            launches = _capture(task, catalog.render(family, knobs), f"sm90_{family}")
+            launches = _capture(task, catalog.render(family, knobs), f"sm90_{family}", workload)
         except Exception as e:  # noqa: BLE001 - a setting that cannot render or run its host code is reported
             rows.append({"knobs": knobs, "error": f"{type(e).__name__}: {e}"[-800:]})
             continue
         for fn, args, kw in launches:
+            if kernels is not None and fn.__name__ not in kernels:
+                continue
             row: dict[str, Any] = {"knobs": knobs, "kernel": fn.__name__, "triton": triton.__version__,
                                    "num_warps": kw.get("num_warps"), "num_stages": kw.get("num_stages")}
             try:

@@ -179,6 +179,9 @@ _PTR_DTYPES = {
     "out_ptr": "fp32", "g_ptr": "fp32", "y_ptr": "fp32",
 }
 _H200_SMEM = 232448
+# Families compiled here from their parameter names; grouped_fp8_twoterm is compiled from captured launches
+# in tests/test_moe_fp8_family.py (its kernels' constants do not fit this table).
+_SM90_BY_SIGNATURE = ("sorted_grouped_gemm", "per_expert_dequant")
 
 
 def _sm90_compile(fn, consts, num_warps, num_stages):
@@ -213,6 +216,8 @@ def _compile_defaults_for_sm90():
     cat = _catalog(task)
     results = []
     for fam in cat.families:
+        if fam.name not in _SM90_BY_SIGNATURE:
+            continue
         mod = load_entry_point(cat.render(fam.name, {}), name_hint=f"moe_sm90_{fam.name}").__globals__
         base = dict(TOP_K=8, NUM_LOCAL=32, N_GROUP=8, GROUP_SIZE=32, TOPK_GROUP=4, BLOCK_T=16, BLOCK_P=256,
                     GROUP_M=mod["GROUP_M"], BLOCK_K=mod.get("BLOCK_K", 128), ATOMIC=True,
@@ -248,7 +253,7 @@ def test_defaults_compile_for_sm90(task):
                           cwd=str(PROJECT_ROOT), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert {r[0] for r in results} == {f.name for f in _catalog(task).families}
+    assert {r[0] for r in results} == set(_SM90_BY_SIGNATURE)
     for fam, num_tokens, name, shared in results:
         assert shared <= _H200_SMEM, (fam, num_tokens, name, shared)
 
