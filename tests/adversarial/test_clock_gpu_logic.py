@@ -227,3 +227,14 @@ def test_a_reply_written_ahead_fails_on_the_gpu_path(gpu_judge, workloads):
     j, c = gpu_judge(script)
     status, _ = _timed(j, c, workloads[0])
     assert status in (Status.INCORRECT_TAMPERING, Status.INCORRECT_NUMERICAL), c.report.summary()
+
+
+def test_a_disagreement_between_clock_and_events_is_quoted_with_where_the_window_went():
+    from ksearch.eval.trusted.judge import TrustedCosts, window_note
+
+    costs = TrustedCosts(reveal_ms=0.5, flush_ms=0.03, flush_sync_ms=0.05)
+    note = window_note(30.0, 300, costs, costs.flush_ms, [4.0, 25.0, 1.0])
+    assert "30.00 ms for 300 calls" in note and "0.50 ms of inputs and outputs" in note and "30.0 µs" in note
+    assert "inputs 4.00 ms, calls 25.00 ms, outputs 1.00 ms" in note
+    for lie in (None, "fast", [1.0, 2.0], [float("nan"), 1.0, 1.0], [True, 1.0, 1.0], {"a": 1}):
+        assert "says" not in window_note(30.0, 300, costs, costs.flush_ms, lie)    # quoted only when well formed

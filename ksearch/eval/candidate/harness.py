@@ -28,7 +28,9 @@ Requests (pickled dicts from the judge; each gets exactly one reply; `shared`: a
   pool {workload, seeds, warmup}  (GPU) build P timing input sets (values never used), warm up -> {est_ms}
   capture {n}                     (GPU) CUDA graphs of n x [flush, call] and n x [flush] -> {ok, kernels}
   window {mode, seeds, n, layout, shared}   (GPU) fresh values into the P sets, then n calls as `mode`
-                                  (graph | eager | eager_sync), then the P last outputs into the slots -> {}
+                                  (graph | eager | eager_sync), then the P last outputs into the slots
+                                  -> {event_ms, phases_ms: [inputs, calls, outputs] by its host clock}
+                                  (both a cross-check and a diagnosis only; the judge's clock counts)
   profile {workload, seed}        (GPU, advisory, after all timing) one warm call, then one call under the
                                   profiler -> {launches: [[kernel, GPU µs], ...], kernels: [what the Triton
                                   cache in scratch says of each compiled kernel]} (ksearch.profile.collect
@@ -182,6 +184,7 @@ class _Server:
         self._misfit = _misfit
         self._close = os.close
         self._sleep = time.sleep
+        self._now = time.perf_counter
         self._clone = torch.clone
         if k.on_gpu:
             self._sync: Callable[[], Any] = getattr(torch._C, "_cuda_synchronize", None) or torch.cuda.synchronize
@@ -346,8 +349,10 @@ class _Server:
         k = self.k
         shared = self._map(fd, req["layout"])     # type: ignore[arg-type]  # the judge sends every window its file
         try:
+            t0 = self._now()
             self._reveal(k.pool, self._make, list(req["seeds"]))
             self._sync()        # written before any call reads them, whatever stream it launches on
+            t1 = self._now()
             mode, n, n_sets = req["mode"], int(req["n"]), len(k.pool)
             event_ms = None
             if mode == "graph":
@@ -361,6 +366,8 @@ class _Server:
                 got = self._eager_sync_loop(self._pool_call(), n_sets, n, flush=self._flush, sync=self._sync)
             else:
                 raise ValueError(f"unknown timing mode {mode!r}")
+            self._sync()
+            t2 = self._now()
             width = len(k.names)
             for j in range(n_sets):
                 outs = self._normalize(got[j], k.names)
@@ -370,7 +377,10 @@ class _Server:
                     return {"ok": False, **problem}
                 for o, slot in zip(outs, slots):
                     slot.copy_(o)
-            return {"ok": True, "event_ms": event_ms}
+            # where the window's time went, by this process's host clock: a diagnosis the judge may quote when
+            # its clock and the events disagree, never a number it uses
+            phases = [(t1 - t0) * 1e3, (t2 - t1) * 1e3, (self._now() - t2) * 1e3]
+            return {"ok": True, "event_ms": event_ms, "phases_ms": phases}
         finally:
             shared.close()
 

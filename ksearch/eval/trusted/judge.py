@@ -147,6 +147,9 @@ class _Cand:
     samples: dict[str, list[float]] = field(default_factory=dict)
     sock: socket.socket | None = None           # the connection's socket, for handing over shared memory
     windows: dict[str, int] = field(default_factory=dict)    # timed windows drawn per workload
+    # per workload, the last graph window as the judge saw it and as the candidate says it went (a diagnosis
+    # quoted when the judge's clock and the candidate's events disagree)
+    window_notes: dict[str, str] = field(default_factory=dict)
     died: bool = False      # its process ended on its own (not killed by the judge once it had failed)
 
     @property
@@ -585,6 +588,7 @@ class Judge:
                 if got is None:
                     return False
                 gpu.append(per_call_ms(got.ms, n, costs.besides_calls(n, per_call_extra)))
+                c.window_notes[w.name] = window_note(got.ms, n, costs, per_call_extra, got.header.get("phases_ms"))
                 event = got.header.get("event_ms")
                 if isinstance(event, (int, float)) and not isinstance(event, bool) and math.isfinite(event):
                     claimed.append(per_call_ms(event, n, n * costs.flush_ms))
@@ -629,7 +633,8 @@ class Judge:
             gap = abs(row.self_reported_ms - row.gpu_time_ms) / max(row.gpu_time_ms, 1e-9)
             if gap > CROSS_CHECK_TOLERANCE and abs(row.self_reported_ms - row.gpu_time_ms) > 0.002:
                 c.report.flags.append(f"{w.name}: the candidate's own events say {row.self_reported_ms * 1e3:.1f} µs, "
-                                      f"the judge's clock {row.gpu_time_ms * 1e3:.1f} µs (the judge's counts)")
+                                      f"the judge's clock {row.gpu_time_ms * 1e3:.1f} µs (the judge's counts)"
+                                      + (f"; {c.window_notes[w.name]}" if w.name in c.window_notes else ""))
         self.floor_check(c, w, row)
 
     def floor_check(self, c: _Cand, w: Workload, row: WorkloadResult) -> None:
@@ -869,6 +874,18 @@ class Judge:
         if header.get("ok") is not True:
             return None, f"the profile pass failed: {str(header.get('message', ''))[:300]}"
         return header, ""
+
+
+def window_note(window_ms: float, n: int, costs: TrustedCosts, per_call: float, phases: Any) -> str:
+    """One window in words: what the judge's clock read and subtracted, and where the candidate's process says
+    the time went (its host clock: inputs generated, calls, outputs copied out). Quoted only, never used."""
+    note = (f"last window {window_ms:.2f} ms for {n} calls, less the judge's own {costs.reveal_ms:.2f} ms of "
+            f"inputs and outputs and {n} x {per_call * 1e3:.1f} µs of flushes")
+    if isinstance(phases, list) and len(phases) == 3 and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in phases):
+        note += (f"; the candidate's process says inputs {phases[0]:.2f} ms, calls {phases[1]:.2f} ms, "
+                 f"outputs {phases[2]:.2f} ms")
+    return note
 
 
 def _signal_groups(groups: list[int], sig: int) -> None:
