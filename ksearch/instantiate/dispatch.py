@@ -30,8 +30,6 @@ from ksearch.instantiate.language import CUDA, language_of
 from ksearch.task.regions import RegionScheme
 
 DISPATCH_HEADER = "# ksearch-dispatch: "
-GENERATOR_VERSION = 2          # what new runs compose with; 1 = no choice cache (runs recorded before it)
-VERSIONS = (1, 2)
 CHOICE_CACHE_LIMIT = 4096      # a serving loop sees a new total token count nearly every step: stay bounded
 
 
@@ -202,6 +200,45 @@ def namespace_module(source: str, prefix: str) -> tuple[list[ast.Import | ast.Im
     return imports, body
 
 
+def _run_v1(args: str, key: str) -> str:
+    """No choice cache (`key` unused): what runs recorded before versioning composed."""
+    return f'''def run({args}):
+    kernel = _TABLE.get(_region(({args},)), _FALLBACK)
+    return kernel({args})
+'''
+
+
+def _choice_key(shapes: dict[str, tuple[int, int]], input_names: list[str]) -> str:
+    """The tuple of shape values the regions read, as source (the choice cache's key)."""
+    dims = [f"{input_names[p]}.shape[{d}]" for _, (p, d) in sorted(shapes.items())]
+    return f"({', '.join(dims)},)" if dims else "()"
+
+
+def _run_v2(args: str, key: str) -> str:
+    """The choice cached by `key`, the shape values the regions read."""
+    return f'''# (the shape values the regions read) -> kernel: after the first call of a shape, dispatch is one lookup.
+_CHOSEN = {{}}
+
+
+def _choose(key, inputs):
+    if len(_CHOSEN) >= {CHOICE_CACHE_LIMIT}:
+        _CHOSEN.clear()
+    kernel = _CHOSEN[key] = _TABLE.get(_region(inputs), _FALLBACK)
+    return kernel
+
+
+def run({args}):
+    _key = {key}
+    _kernel = _CHOSEN.get(_key) or _choose(_key, ({args},))
+    return _kernel({args})
+'''
+
+
+# version -> the writer of `run()` for it; the newest is what new runs compose with
+_RUN_WRITERS = {1: _run_v1, 2: _run_v2}
+GENERATOR_VERSION = max(_RUN_WRITERS)
+
+
 def compose(members: list[Member], table: dict[tuple[int, ...], str], fallback: str, scheme: RegionScheme,
             input_names: list[str], axis_sources: dict[str, tuple[int, int]], task: str,
             version: int = GENERATOR_VERSION) -> str:
@@ -211,9 +248,9 @@ def compose(members: list[Member], table: dict[tuple[int, ...], str], fallback: 
     used for every other region. axis_sources: axis -> (input position, dim) to read it from a shape.
     version: the generator's version (see the module doc); a given version always gives the same text.
     """
-    if version not in VERSIONS:
-        raise DispatchError(f"dispatch generator version {version} is not one of {VERSIONS} (a newer ksearch "
-                            f"recorded this run: resume it with that version)")
+    if version not in _RUN_WRITERS:
+        raise DispatchError(f"dispatch generator version {version} is not one of {tuple(_RUN_WRITERS)} (a newer "
+                            f"ksearch recorded this run: resume it with that version)")
     ids = [m.solution_id for m in members]
     if fallback not in ids or any(sid not in ids for sid in table.values()):
         raise DispatchError("the table and the fallback must name members")
@@ -271,42 +308,10 @@ def _region(inputs):
     return tuple(key)
 
 
-''' + (_run_v1(args) if version == 1 else _run_v2(args, _choice_key(shapes, input_names)))
+''' + _RUN_WRITERS[version](args, _choice_key(shapes, input_names))
     plan = DISPATCH_HEADER + repr({"members": ids, "fallback": fallback,
                                    "table": {",".join(map(str, k)): v for k, v in sorted(table.items())}})
     return plan + "\n" + header + "\n".join(import_lines) + "\n\n\n" + "\n\n\n".join(bodies) + dispatcher
-
-
-def _run_v1(args: str) -> str:
-    return f'''def run({args}):
-    kernel = _TABLE.get(_region(({args},)), _FALLBACK)
-    return kernel({args})
-'''
-
-
-def _choice_key(shapes: dict[str, tuple[int, int]], input_names: list[str]) -> str:
-    """The tuple of shape values the regions read, as source (the choice cache's key)."""
-    dims = [f"{input_names[p]}.shape[{d}]" for _, (p, d) in sorted(shapes.items())]
-    return f"({', '.join(dims)},)" if dims else "()"
-
-
-def _run_v2(args: str, key: str) -> str:
-    return f'''# (the shape values the regions read) -> kernel: after the first call of a shape, dispatch is one lookup.
-_CHOSEN = {{}}
-
-
-def _choose(key, inputs):
-    if len(_CHOSEN) >= {CHOICE_CACHE_LIMIT}:
-        _CHOSEN.clear()
-    kernel = _CHOSEN[key] = _TABLE.get(_region(inputs), _FALLBACK)
-    return kernel
-
-
-def run({args}):
-    _key = {key}
-    _kernel = _CHOSEN.get(_key) or _choose(_key, ({args},))
-    return _kernel({args})
-'''
 
 
 def axis_sources(definition: Any) -> dict[str, tuple[int, int]]:

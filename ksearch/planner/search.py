@@ -80,8 +80,7 @@ class Search:
     def __init__(self, cfg: Config, target: Target, services: Services, run: RunDir, journal: Journal,
                  fork: ForkSeed | None = None):
         self.target, self.run_dir, self.journal, self.fork = target, run, journal, fork
-        given = services.generators
-        self._new_generators = dict(given) if given is not None else current_generators()
+        self._generators_given = services.generators
         self.progress = services.progress
         # the best kernel per region of the shape space, fed by every evaluation of a node's step
         self.board = RegionBoard(target.task, target.workloads)
@@ -119,9 +118,10 @@ class Search:
         return rec.report
 
     def _generator(self, name: str) -> int:
-        """The version of a code generator this run started with (1: recorded before generators had one)."""
-        start = self.state.start
-        return ((start.generators or {}) if start is not None else self._new_generators).get(name, 1)
+        """The version of a code generator this run started with (1: recorded before generators had one).
+        Asked after set-up, which has written (or replayed) the run's start."""
+        assert self.state.start is not None
+        return (self.state.start.generators or {}).get(name, 1)
 
     # ---- set-up ---------------------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -129,7 +129,11 @@ class Search:
         if isinstance(first, R.RunStart) and first.config:
             self.segments.replay_first(first.config)   # replay the first segment as it ran
         t = self.target
-        generators = (first.generators or {}) if isinstance(first, R.RunStart) else self._new_generators
+        if isinstance(first, R.RunStart):
+            generators = first.generators           # None: recorded before generators had versions
+        else:
+            given = self._generators_given
+            generators = dict(given) if given is not None else current_generators()
         start = self.recorder.write(R.RunStart(task=t.task.name, workload_set=t.workload_set, device=t.device,
                                                workloads=[w.to_json() for w in t.workloads],
                                                model=self.recorder.model.name, config=to_plain(self.cfg),
