@@ -8,6 +8,7 @@ import errno
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,8 +68,9 @@ def _sinks(cfg: DictConfig, run_path: Path, group: str | None = None) -> Tee:
     return tee(LiveProgress(console, live=cfg.run.live), tracker)
 
 
-def _execute(cfg: DictConfig, run_path: Path, *, fresh: bool) -> int:
-    """Run or resume; a SIGTERM or a full disk ends it with one line on stderr (see store.shutdown)."""
+def _ending_cleanly(work: Callable[[], int], where: Path | str, note: str = "") -> int:
+    """`work()`, but a SIGTERM or a full disk ends it with one line on stderr saying how to resume `where`
+    (see store.shutdown), `note` after it."""
     from ksearch.store.shutdown import (
         EXIT_DISK_FULL,
         EXIT_TERMINATED,
@@ -81,15 +83,20 @@ def _execute(cfg: DictConfig, run_path: Path, *, fresh: bool) -> int:
 
     try:
         with stop_on_sigterm():
-            return _execute_and_print(cfg, run_path, fresh=fresh)
+            return work()
     except Terminated:
-        print(terminated_message(run_path), file=sys.stderr, flush=True)
+        print(terminated_message(where) + note, file=sys.stderr, flush=True)
         return EXIT_TERMINATED
     except OSError as e:
         if not is_disk_full(e):
             raise
-        print(disk_full_message(run_path, e), file=sys.stderr, flush=True)
+        print(disk_full_message(where, e) + note, file=sys.stderr, flush=True)
         return EXIT_DISK_FULL
+
+
+def _execute(cfg: DictConfig, run_path: Path, *, fresh: bool) -> int:
+    """Run or resume; a SIGTERM or a full disk ends it with one line on stderr."""
+    return _ending_cleanly(lambda: _execute_and_print(cfg, run_path, fresh=fresh), run_path)
 
 
 def _execute_and_print(cfg: DictConfig, run_path: Path, *, fresh: bool) -> int:
@@ -130,28 +137,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _sweep_ending_cleanly(args: argparse.Namespace) -> int:
     """A sweep under SIGTERM or on a full disk: the arm that was running says how to resume it; one line."""
-    from ksearch.store.shutdown import (
-        EXIT_DISK_FULL,
-        EXIT_TERMINATED,
-        Terminated,
-        disk_full_message,
-        is_disk_full,
-        stop_on_sigterm,
-        terminated_message,
-    )
-
-    which = " (ARM_DIR: the interrupted arm, named above; sweep.json lists the arms)"
-    try:
-        with stop_on_sigterm():
-            return cmd_sweep(args)
-    except Terminated:
-        print(terminated_message("ARM_DIR") + which, file=sys.stderr, flush=True)
-        return EXIT_TERMINATED
-    except OSError as e:
-        if not is_disk_full(e):
-            raise
-        print(disk_full_message("ARM_DIR", e) + which, file=sys.stderr, flush=True)
-        return EXIT_DISK_FULL
+    return _ending_cleanly(lambda: cmd_sweep(args), "ARM_DIR",
+                           " (ARM_DIR: the interrupted arm, named above; sweep.json lists the arms)")
 
 
 def _swept_overrides(overrides: list[str]) -> list[str]:
