@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -41,6 +40,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmarks.sweep_restart import is_sticky, restart_for_the_rest
 
 TASK = "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048"
 NEW = "grouped_fp8_twoterm"
@@ -52,8 +53,6 @@ GPU_POINTS = [(1, 32), (11948, 128), (64, 96), (4096, 224), (32, 32), (901, 96),
 SMOKE_POINTS = [(1, 32), (19, 224)]
 DECODE_MAX_T, MIDDLE_MAX_T = 64, 1024
 COPY_TBS_FALLBACK, FP8_TFLOPS_FALLBACK = 4.2, 1437.0      # H200 values measured here, if measure_peaks fails
-STICKY_CUDA_ERRORS = ("illegal memory access", "illegal address", "unspecified launch failure",
-                      "misaligned address", "an illegal instruction", "device-side assert")
 MAX_RESTARTS = 4
 
 # Settings per T class; each line changes what its comment says from the family's defaults (auto tiles:
@@ -289,7 +288,7 @@ class Sweep:
             r.status = "ok"
         except Exception as e:  # noqa: BLE001 - compile errors, launch failures, out of memory: record, go on
             r.status, r.error = "failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"[-1500:]
-            self.poisoned = not self.smoke and any(s in str(e) for s in STICKY_CUDA_ERRORS)
+            self.poisoned = not self.smoke and is_sticky(e)
         finally:
             r.seconds = time.monotonic() - start
 
@@ -450,10 +449,8 @@ def main(argv: list[str] | None = None) -> int:
         sweep.resume_from(json.loads(previous.read_text()))
     doc = sweep.run()
     if sweep.poisoned and args.resume < MAX_RESTARTS:
-        print("moe_sweep: CUDA context lost; restarting to measure the remaining settings", flush=True)
-        rest = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--resume")]
-        os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve()), *rest,
-                                  f"--resume={args.resume + 1}"])
+        restart_for_the_rest(__file__, args.resume, argv,
+                             "moe_sweep: CUDA context lost; restarting to measure the remaining settings")
     print(table(doc), flush=True)
     print(f"wrote {previous} in {doc['elapsed_s']:.0f}s", flush=True)
     return 0

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import sys
 import time
@@ -37,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmarks.sweep_restart import is_sticky, restart_for_the_rest
 
 TASK = "mla_paged_prefill_causal_h16_ckv512_kpe64_ps1"
 BF16_PEAK_TFLOPS = 790.0
@@ -100,9 +101,6 @@ GPU_CHECK = Shape("check_ragged", [300, 77, 5, 1], [300, 200, 5, 64])
 DRY_SHAPES = [Shape("dry_q9", [9], [9]), Shape("dry_chunk_q5_kv70", [5], [70]),
               Shape("dry_ragged_b3", [6, 1, 2], [6, 40, 9])]
 DRY_CHECK = Shape("dry_check", [7, 1], [7, 50])
-# Errors after which the CUDA context is unusable (the process restarts itself with --resume).
-STICKY_CUDA_ERRORS = ("illegal memory access", "illegal address", "unspecified launch failure",
-                      "misaligned address", "an illegal instruction", "device-side assert")
 MAX_RESTARTS = 5
 
 
@@ -246,7 +244,7 @@ class Sweep:
             v.status = "ok"
         except Exception as e:  # noqa: BLE001 - compile errors, launch failures, out of memory: record, go on
             v.status, v.error = "failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"[-1500:]
-            self.poisoned = not self.dry and any(t in str(e) for t in STICKY_CUDA_ERRORS)
+            self.poisoned = not self.dry and is_sticky(e)
             if not self.dry and not self.poisoned:
                 self.torch.cuda.empty_cache()
         finally:
@@ -362,10 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         sweep.resume_from(json.loads(previous.read_text()))
     doc = sweep.run()
     if sweep.poisoned and args.resume < MAX_RESTARTS:
-        print("prefill_sweep: CUDA context lost; restarting to measure the remaining variants", flush=True)
-        rest = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--resume")]
-        os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve()), *rest,
-                                  f"--resume={args.resume + 1}"])
+        restart_for_the_rest(__file__, args.resume, argv,
+                             "prefill_sweep: CUDA context lost; restarting to measure the remaining variants")
     print(table(doc), flush=True)
     print(f"wrote {Path(args.out_dir) / 'prefill_sweep.json'} in {doc['elapsed_s']:.0f}s", flush=True)
     return 0
