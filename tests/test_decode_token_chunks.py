@@ -11,13 +11,11 @@ directly (two launches, or one when the last program merges); and every kernel c
 """
 
 from ksearch.eval.interpreter import prepare_interpreter
+from tests.compiled_process import run_compiled, skip_without_ptxas
 
 prepare_interpreter()  # before anything imports a Triton kernel
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -322,17 +320,12 @@ print(json.dumps(out))
 
 def test_kernels_compile_for_sm90a():
     """The interpreter cannot catch GPU-only failures (loop-carried types, layouts, shared memory)."""
-    from ksearch import PROJECT_ROOT
 
     jobs = [(GQA, {}), (GQA, {"BLOCK_N": 128, "NUM_WARPS": 8, "NUM_STAGES": 4, "MERGE": "last_program"}),
             (MLA, {}), (MLA, {"BLOCK_N": 64, "VALUE_SPLIT": 2, "NUM_WARPS": 8, "NUM_STAGES": 3,
                               "MERGE": "last_program"})]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
-    proc = subprocess.run([sys.executable, "-c", _AOT, json.dumps(jobs)], capture_output=True, text=True,
-                          env=env, cwd=str(PROJECT_ROOT), timeout=300)
-    if proc.returncode != 0 and "ptxas" in proc.stderr and "not found" in proc.stderr.lower():
-        pytest.skip("no ptxas in this Triton install")
+    proc = run_compiled(["-c", _AOT, json.dumps(jobs)], timeout=300)
+    skip_without_ptxas(proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     kernels = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(kernels) == 2 + 1 + 2 + 1           # chunk and merge kernels; with last_program no merge kernel

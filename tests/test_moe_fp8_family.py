@@ -8,8 +8,6 @@ compile of its GEMMs (shared memory, spills), and benchmarks/moe_sweep.py in --s
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 import pytest
@@ -20,6 +18,7 @@ from ksearch.eval.trusted.rules import check_outputs
 from ksearch.instantiate.loader import load_entry_point
 from ksearch.task import load_task
 from ksearch.task.catalog import load_catalog
+from tests.compiled_process import run_compiled
 
 TASK = "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048"
 FAMILY = "grouped_fp8_twoterm"
@@ -85,13 +84,9 @@ def _compile_gemms_for_sm90():
 
 def test_gemms_compile_for_sm90_without_spills():
     pytest.importorskip("triton.backends.nvidia.compiler")
-    from ksearch import PROJECT_ROOT
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}    # a fresh, uninterpreted process
-    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
     script = "import json, tests.test_moe_fp8_family as t; print(json.dumps(t._compile_gemms_for_sm90()))"
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                          cwd=str(PROJECT_ROOT), timeout=600)
+    proc = run_compiled(["-c", script], timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(rows) == 4, rows

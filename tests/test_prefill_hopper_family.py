@@ -3,14 +3,12 @@ settings on ragged, chunked and single-query batches, the shared-memory rule of 
 compile of the settings the GPU sweep leans on (no GPU needed)."""
 
 from ksearch.eval.interpreter import prepare_interpreter
+from tests.compiled_process import run_compiled, skip_without_ptxas
 
 prepare_interpreter()  # before anything imports a Triton kernel (also fixes bf16 tl.dot, triton#11584)
 
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -110,12 +108,8 @@ _SCRIPT = PROJECT_ROOT / "benchmarks" / "sm90_compile_report.py"
 
 
 def _sm90(settings):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
-    proc = subprocess.run([sys.executable, str(_SCRIPT), PREFILL, FAMILY, *map(json.dumps, settings)],
-                          capture_output=True, text=True, env=env, cwd=str(PROJECT_ROOT), timeout=600)
-    if proc.returncode != 0 and "ptxas" in proc.stderr and "not found" in proc.stderr.lower():
-        pytest.skip("no ptxas in this Triton install")
+    proc = run_compiled([str(_SCRIPT), PREFILL, FAMILY, *map(json.dumps, settings)], timeout=600)
+    skip_without_ptxas(proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 

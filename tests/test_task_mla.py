@@ -16,6 +16,7 @@ from ksearch.instantiate.loader import load_entry_point
 from ksearch.task import load_task
 from ksearch.task.catalog import load_catalog
 from ksearch.task.paged import paged_indices
+from tests.compiled_process import run_compiled, skip_without_ptxas
 
 DECODE = "mla_paged_decode_h16_ckv512_kpe64_ps1"
 PREFILL = "mla_paged_prefill_causal_h16_ckv512_kpe64_ps1"
@@ -384,18 +385,9 @@ def test_family_defaults_compile_for_sm90a(task):
     """The interpreter cannot catch GPU-only failures: compile every kernel of every family (defaults)
     for sm_90a with ptxas, no GPU needed, and check the shared memory fits an H200 block (227 KB)."""
     import json
-    import os
-    import subprocess
-    import sys
 
-    from ksearch import PROJECT_ROOT
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
-    proc = subprocess.run([sys.executable, "-c", _AOT_SCRIPT, task], capture_output=True, text=True, env=env,
-                          cwd=str(PROJECT_ROOT), timeout=300)
-    if proc.returncode != 0 and ("ptxas" in proc.stderr and "not found" in proc.stderr.lower()):
-        pytest.skip("no ptxas in this Triton install")
+    proc = run_compiled(["-c", _AOT_SCRIPT, task], timeout=300)
+    skip_without_ptxas(proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     kernels = json.loads(proc.stdout.strip().splitlines()[-1])
     assert {k["family"] for k in kernels} == {f.name for f in _catalogs[task].families}

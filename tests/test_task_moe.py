@@ -17,6 +17,7 @@ from ksearch.eval.trusted.rules import check_outputs
 from ksearch.instantiate.loader import load_entry_point
 from ksearch.task import load_task
 from ksearch.task.catalog import load_catalog
+from tests.compiled_process import run_compiled
 
 TASK = "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048"
 
@@ -240,17 +241,10 @@ def test_defaults_compile_for_sm90(task):
     # (tl.sum, tl.max, ...), Triton 3.9 leaves tl.core patched to interpreter semantics for the rest of the
     # process (InterpretedFunction.__call__ never restores its patches), so a real compile here would fail.
     import json
-    import subprocess
-    import sys
-
-    from ksearch import PROJECT_ROOT
 
     pytest.importorskip("triton.backends.nvidia.compiler")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
     script = "import json, tests.test_task_moe as t; print(json.dumps(t._compile_defaults_for_sm90()))"
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                          cwd=str(PROJECT_ROOT), timeout=600)
+    proc = run_compiled(["-c", script], timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     assert {r[0] for r in results} == set(_SM90_BY_SIGNATURE)

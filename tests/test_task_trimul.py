@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from ksearch.eval.interpreter import prepare_interpreter
+from tests.compiled_process import run_compiled
 
 # The interpreter must be on before any Triton kernel is defined; on a GPU machine kernels run compiled.
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -272,19 +273,13 @@ def test_gemm_input_pass_compiles_to_wgmma_for_hopper():
     """benchmarks/trimul_hopper_compile.py in a fresh process (Triton cannot compile for a GPU where it
     interprets): each input mode's GEMM and pre-pass compile for the H200 (sm_90) on this CPU machine, the
     GEMM on wgmma within one multiprocessor's shared memory. Catches what the interpreter lets through."""
-    import os
-    import subprocess
-    import sys
 
     from ksearch import PROJECT_ROOT
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
     configs = ["", "input_mode=stats_prepass", "input_mode=epilogue_stats", "gemm_block_n=256,precision=bf16",
                "input_mode=ln_in_tile,gemm_block_k=128,gemm_block_m=64,gemm_warps=8"]
-    proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "benchmarks" / "trimul_hopper_compile.py"),
-                           "--no-ptxas", *[a for c in configs for a in ("--knobs", c)]],
-                          capture_output=True, text=True, env=env, cwd=str(PROJECT_ROOT), timeout=600)
+    proc = run_compiled([str(PROJECT_ROOT / "benchmarks" / "trimul_hopper_compile.py"),
+                         "--no-ptxas", *[a for c in configs for a in ("--knobs", c)]], timeout=600)
     if proc.returncode == 3:
         pytest.skip(proc.stdout[-500:])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -438,18 +433,10 @@ def test_baselines_pass_on_gpu(task, name, set_name):
 @pytest.mark.slow
 def test_ksearch_run_passes_on_tiny(tmp_path):
     """`ksearch run task=trimul_outgoing_h128 search.max_rounds=4` on the CPU tiny set (about 3 minutes)."""
-    import os
-    import subprocess
-    import sys
 
-    from ksearch import PROJECT_ROOT
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "ksearch.cli.main", "run", f"task={TASK}", f"run.dir={run_dir}",
-                           "search.max_rounds=4", "run.live=false", "eval.device=cpu"],
-                          capture_output=True, text=True, env=env, cwd=str(PROJECT_ROOT), timeout=1500)
+    proc = run_compiled(["-m", "ksearch.cli.main", "run", f"task={TASK}", f"run.dir={run_dir}",
+                         "search.max_rounds=4", "run.live=false", "eval.device=cpu"], timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     from ksearch.store import read_records
     from ksearch.store import records as R
