@@ -28,12 +28,7 @@ class ScriptedEvaluator:
         self.calls.append(solution_id)
         plan = read_plan_header(source)
         status, score = self.judge(plan)
-        if status != "PASSED":
-            return EvalReport(solution_id, status, "cpu", [WorkloadResult(workloads[0].name, status, "scripted")])
-        r = EvalReport(solution_id, "PASSED", "cpu", [WorkloadResult(w.name, "PASSED", latency_ms=1 / score)
-                                                       for w in workloads])
-        r.score, r.score_name, r.baseline = score, "geomean_speedup", baseline.label
-        return r
+        return scripted_report(solution_id, status, score, workloads, baseline)
 
     def remeasure(self, entries, workloads, baseline):
         self.remeasured = getattr(self, "remeasured", []) + [[sid for _, sid in entries]]
@@ -42,6 +37,17 @@ class ScriptedEvaluator:
             return [self.evaluate(src, sid, workloads, baseline) for src, sid in entries]
         finally:
             self.calls = calls
+
+
+def scripted_report(solution_id, status, score, workloads, baseline):
+    """The report a scripted judge gives: a failure on the first workload, or every workload at 1/score ms
+    and the score as the geomean speedup."""
+    if status != "PASSED":
+        return EvalReport(solution_id, status, "cpu", [WorkloadResult(workloads[0].name, status, "scripted")])
+    r = EvalReport(solution_id, "PASSED", "cpu", [WorkloadResult(w.name, "PASSED", latency_ms=1 / score)
+                                                   for w in workloads])
+    r.score, r.score_name, r.baseline = score, "geomean_speedup", baseline.label
+    return r
 
 
 def by_block(plan):

@@ -17,7 +17,6 @@ import torch
 from omegaconf import OmegaConf
 
 from ksearch.config import Config
-from ksearch.eval.report import EvalReport, WorkloadResult
 from ksearch.llm.offline import OfflineModel, read_plan_header
 from ksearch.planner.search import Search, Services, Target
 from ksearch.planner.validation import recorded_before_validation, resolve_set
@@ -25,7 +24,7 @@ from ksearch.store import Journal, RunDir, read_records
 from ksearch.store import records as R
 from ksearch.task import list_tasks, load_task
 from ksearch.task.regions import Feature, RegionScheme, default_scheme, region_of, scheme_of
-from tests.fakes import TASK, ScriptedEvaluator, by_block
+from tests.fakes import TASK, ScriptedEvaluator, by_block, scripted_report
 
 GQA, MLA_D = "gqa_paged_decode_h32_kv4_d128_ps1", "mla_paged_decode_h16_ckv512_kpe64_ps1"
 MLA_P = "mla_paged_prefill_causal_h16_ckv512_kpe64_ps1"
@@ -191,12 +190,7 @@ class HeldOutEvaluator(ScriptedEvaluator):
             return super().evaluate(source, solution_id, workloads, baseline)
         self.calls.append(solution_id)
         status, score = self.held_out(read_plan_header(source))
-        if status != "PASSED":
-            return EvalReport(solution_id, status, "cpu", [WorkloadResult(workloads[0].name, status, "scripted")])
-        r = EvalReport(solution_id, "PASSED", "cpu", [WorkloadResult(w.name, "PASSED", latency_ms=1 / score)
-                                                       for w in workloads])
-        r.score, r.score_name, r.baseline = score, "geomean_speedup", baseline.label
-        return r
+        return scripted_report(solution_id, status, score, workloads, baseline)
 
 
 def wide_tiles_break(plan):
