@@ -67,7 +67,8 @@ def list_tasks(root: Path | None = None) -> list[str]:
     return sorted({n for r in task_roots() for n in _names_in(r)})
 
 
-def _import_file(module_name: str, path: Path) -> ModuleType:
+def import_file(module_name: str, path: Path) -> ModuleType:
+    """The module in `path`, imported once under `module_name` (left out of sys.modules if it raises)."""
     if module_name in sys.modules:
         return sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(module_name, path)
@@ -112,7 +113,7 @@ def task_module(task_dir: Path, stem: str) -> ModuleType:
     snap = _snapshot.pinned(task_dir)
     if snap is not None:
         return _module_from_snapshot(module_name, snap, stem)
-    return _import_file(module_name, task_dir / f"{stem}.py")
+    return import_file(module_name, task_dir / f"{stem}.py")
 
 
 @dataclass

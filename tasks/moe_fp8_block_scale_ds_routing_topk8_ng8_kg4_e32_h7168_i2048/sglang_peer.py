@@ -46,6 +46,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ksearch.task.registry import import_file
+
 BLOCK = 128
 FP8_MAX = 448.0
 KERNELS = "sglang.kernels.ops.moe.fused_moe_triton_kernels"
@@ -133,17 +135,9 @@ def _load_file(root: Path, dotted: str) -> types.ModuleType:
         return sys.modules[dotted]
     _register_packages(root, dotted)
     path = root.joinpath(*dotted.split(".")[1:]).with_suffix(".py")
-    spec = importlib.util.spec_from_file_location(dotted, path)
-    if spec is None or spec.loader is None or not path.is_file():
+    if not path.is_file():
         raise PeerUnavailable(f"{dotted} is not in this sglang ({path})")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[dotted] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        del sys.modules[dotted]
-        raise
-    return mod
+    return import_file(dotted, path)
 
 
 class Sglang(NamedTuple):
