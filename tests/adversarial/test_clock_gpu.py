@@ -167,3 +167,17 @@ def test_the_protocol_adds_little_per_candidate(task, gpu_workloads):
         assert statistics.median(checks) < 0.1
     finally:
         spawner.close()
+
+
+def test_the_judges_clock_agrees_with_an_honest_kernels_own_events(gpu_eval, task):
+    """On the largest feedback batch, where the judge's references for a window are the most GPU work: the
+    judge's clock and the honest kernel's own events agree (on the H200 they once differed 2x, the judge's
+    references still running when its clock started)."""
+    w = [x for x in task.workload_set("feedback") if x.name == "fb_b64_t46287"]
+    r = gpu_eval.evaluate(GQA_CU, "gqa_cu_events_agree", w, None)
+    assert r.status == Status.PASSED, r.summary() + r.log[-3000:]
+    row = r.workloads[0]
+    print(f"\n{row.workload}: judge {row.gpu_time_ms * 1e3:.1f} us, the kernel's own events "
+          f"{(row.self_reported_ms or 0) * 1e3:.1f} us; flags {r.flags}")
+    assert row.self_reported_ms and abs(row.gpu_time_ms / row.self_reported_ms - 1) < 0.15, r.flags
+    assert not [f for f in r.flags if "own events say" in f], r.flags

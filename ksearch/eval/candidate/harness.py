@@ -40,6 +40,7 @@ Requests (pickled dicts from the judge; each gets exactly one reply; `shared`: a
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -168,6 +169,18 @@ def _load(k: _Kernel) -> dict[str, Any]:
                 "log": traceback.format_exc()[-6000:]}
 
 
+#: Requests the judge's clock runs around: the garbage collector is paused while one is served.
+CLOCKED_OPS = frozenset({"call", "window"})
+#: Requests after which the process's objects are collected once and frozen (before the reply: the judge's
+#: clock is not running), so that a collection triggered between clocked requests has little to walk.
+SETTLING_OPS = frozenset({"ready", "pool", "capture"})
+
+
+def _settle_garbage() -> None:
+    gc.collect()
+    gc.freeze()
+
+
 class _Server:
     """The serve loop and what it calls, bound when constructed: before the candidate's module is imported."""
 
@@ -186,6 +199,7 @@ class _Server:
         self._sleep = time.sleep
         self._now = time.perf_counter
         self._clone = torch.clone
+        self._gc_pause, self._gc_resume, self._gc_settle = gc.disable, gc.enable, _settle_garbage
         if k.on_gpu:
             self._sync: Callable[[], Any] = getattr(torch._C, "_cuda_synchronize", None) or torch.cuda.synchronize
             flush = torch.empty(gputime.flush_bytes(torch.device(k.device)), dtype=torch.int8, device=k.device)
@@ -212,6 +226,9 @@ class _Server:
             if op == "stop":
                 send({"ok": True})
                 return
+            clocked = op in CLOCKED_OPS
+            if clocked:
+                self._gc_pause()        # no collection pause inside the judge's clock (timeit does the same)
             try:
                 handler = ops.get(op)               # type: ignore[arg-type]  # None: no handler
                 reply = handler(req, fd) if handler else {"ok": False, "status": Status.RUNTIME_ERROR,
@@ -223,7 +240,11 @@ class _Server:
             finally:
                 if fd is not None:
                     close(fd)
+            if op in SETTLING_OPS:
+                self._gc_settle()       # before the reply: the judge's next request may start its clock
             send(reply)
+            if clocked:
+                self._gc_resume()
 
     # ---- every device ----------------------------------------------------------------------------------
     def ready(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:

@@ -44,6 +44,7 @@ or a process that ends during it, only leaves a note in `profile_note`.
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import secrets
@@ -236,6 +237,13 @@ class Judge:
         output slots. Returns (the reply's header, that copy, ms)."""
         self._no_unasked(c)
         frozen = self._freeze_others(c)
+        collecting = gc.isenabled()
+        gc.disable()        # no collection pause of the judge's own inside its clock
+        if self.on_gpu:
+            # The judge's own GPU work (the references of the window's input sets, launched just before) must
+            # be done before the clock starts: on the H200 it was still running and the candidate's input
+            # generation waited behind it, 7-53 ms of a 60 ms window charged to the candidate's calls.
+            torch.cuda.synchronize()
         try:
             t0 = time.perf_counter()
             try:
@@ -248,6 +256,8 @@ class Judge:
             outs = shared.take_outputs()
             return header, outs, (time.perf_counter() - t0) * 1e3
         finally:
+            if collecting:
+                gc.enable()
             _signal_groups(frozen, signal.SIGCONT)
 
     def _freeze_others(self, c: _Cand) -> list[int]:
