@@ -43,7 +43,7 @@ def measure(task_name: str, workloads: list[str], trials: int = 8, idle_ms: floa
     for wname in workloads:
         w = by_name[wname]
 
-        def make(seed: int) -> list[Any]:
+        def make(seed: int, w: Any = w) -> list[Any]:
             src = task.make_inputs(w, device=DEVICE, seed=seed)
             return [src[n] for n in names]
 

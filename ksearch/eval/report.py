@@ -118,6 +118,7 @@ class WorkloadResult:
     timing_method: TimingMethod | str = ""    # "" when not timed
     self_reported_ms: float | None = None     # the candidate's own event time: a cross-check, never used
     unstable: bool = False                    # its two halves disagreed beyond the spread, twice
+    judged_s: float | None = None             # the judge's wall time on this workload for this candidate
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> WorkloadResult:

@@ -740,6 +740,7 @@ class Judge:
     def _guarded(self, c: _Cand, w: Workload, step: Any) -> None:
         if not c.ok:
             return
+        t0 = time.perf_counter()
         try:
             step()
         except CandidateGone as e:
@@ -749,6 +750,9 @@ class Judge:
             c.fail(Status.RUNTIME_ERROR, f"evaluation failed on {w.name}: {type(e).__name__}: {e}"[:1500], w.name,
                    log=traceback.format_exc())
             self._end(c)
+        finally:
+            row = c.row(w.name)     # what an evaluation's time went on, per workload (issue 20: its cost)
+            row.judged_s = round((row.judged_s or 0.0) + time.perf_counter() - t0, 3)
 
     def _end(self, c: _Cand) -> None:
         """Stop the candidate's process (and everything it started); collect its output and audit findings."""
