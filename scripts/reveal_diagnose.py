@@ -22,11 +22,29 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
 DEVICE = os.environ.get("REVEAL_DEVICE", "cuda")
+IDLE_MODES = tuple(os.environ.get("REVEAL_IDLE", ",sleep,sleep+wake,busy_wait").split(","))
 DEFAULT_TASK = "gqa_paged_decode_h32_kv4_d128_ps1"
 DEFAULT_WORKLOADS = ("fb_b1_t546", "fb_b64_t46287", "fb_b64_t28815")
 
 
-def measure(task_name: str, workloads: list[str], trials: int = 8, idle_ms: float = 0.0) -> list[str]:
+def pause(mode: str, torch: Any) -> None:
+    """What happens before each reveal: nothing (hot), a sleep (the process and the GPU go idle), a sleep
+    then the judge's wake (memory traffic: the GPU's clocks come back up, the process stays cold), or a CPU busy-wait (the
+    process stays hot, the GPU goes idle)."""
+    if mode == "sleep":
+        time.sleep(0.05)
+    elif mode == "sleep+wake":
+        from ksearch.eval.clocks.gputime import wake
+
+        time.sleep(0.05)
+        wake()
+    elif mode == "busy_wait":
+        end = time.perf_counter() + 0.05
+        while time.perf_counter() < end:
+            pass
+
+
+def measure(task_name: str, workloads: list[str], trials: int = 8, idle: str = "") -> list[str]:
     """Reveal timings in this process: one line per workload."""
     import torch
 
@@ -52,8 +70,7 @@ def measure(task_name: str, workloads: list[str], trials: int = 8, idle_ms: floa
         sync()
         rows: dict[str, list[float]] = {"make": [], "copy": [], "sync": [], "total": []}
         for t in range(trials + 1):
-            if idle_ms:
-                time.sleep(idle_ms / 1e3)
+            pause(idle, torch)
             t0 = time.perf_counter()
             made = [make(1000 + 10 * t + j) for j in range(3)]
             t1 = time.perf_counter()
@@ -87,7 +104,7 @@ def measure(task_name: str, workloads: list[str], trials: int = 8, idle_ms: floa
 
 def child(conn: Any, payload: dict[str, Any]) -> None:
     """In a walled child of the fork server."""
-    for line in measure(payload["task"], payload["workloads"], idle_ms=payload.get("idle_ms", 0.0)):
+    for line in measure(payload["task"], payload["workloads"], idle=payload.get("idle", "")):
         print(f"{payload['label']:28s} {line}", flush=True)
 
 
@@ -101,14 +118,14 @@ def in_children(task_name: str, workloads: list[str]) -> None:
     print(f"fork server: {server.isolation_note}", flush=True)
     snap = snapshot.pinned_named(task_name)
     try:
-        for label, audited in (("walled child, no audit", False), ("walled child, audit hook", True)):
-            for idle in (0.0, 50.0):
+        for label, audited in (("walled child, audit hook", True),):
+            for idle in IDLE_MODES:
                 scratch = tempfile.mkdtemp(prefix="reveal_diag_")
                 os.chmod(scratch, 0o777)
                 policy = audit_module.AuditPolicy(scratch_dir=scratch) if audited else None
                 child_ = server.spawn("reveal_diagnose:child",
-                                      {"task": task_name, "workloads": workloads, "idle_ms": idle,
-                                       "label": f"{label}{', idle 50ms' if idle else ''}"},
+                                      {"task": task_name, "workloads": workloads, "idle": idle,
+                                       "label": f"{label}{', ' + idle if idle else ''}"},
                                       scratch, audit=policy, tasks=[snap] if snap is not None else None,
                                       timeout=120)
                 child_.wait(300)
@@ -121,9 +138,9 @@ def in_children(task_name: str, workloads: list[str]) -> None:
 def main() -> int:
     task_name = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_TASK
     workloads = sys.argv[2:] or list(DEFAULT_WORKLOADS)
-    for idle in (0.0, 50.0):
-        for line in measure(task_name, workloads, idle_ms=idle):
-            print(f"{'judge process' + (', idle 50ms' if idle else ''):28s} {line}", flush=True)
+    for idle in IDLE_MODES:
+        for line in measure(task_name, workloads, idle=idle):
+            print(f"{'judge process' + (', ' + idle if idle else ''):28s} {line}", flush=True)
     in_children(task_name, workloads)
     return 0
 

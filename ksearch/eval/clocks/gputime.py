@@ -59,6 +59,23 @@ def flush_buffer(device: torch.device | None = None) -> torch.Tensor:
     return _FLUSH[device]
 
 
+#: Memory traffic written just before a clock starts (see wake).
+WAKE_BYTES = 2 << 30
+
+
+def wake(device: torch.device | None = None) -> None:
+    """Bring an idle GPU back to speed, then wait for it: a few GiB of writes, then a synchronisation.
+
+    An H200 left idle for tens of milliseconds (the judge verifying a window) drops its clocks, and the first
+    memory-heavy work after that ran up to 10x slower (measured: a window's 3 ms input generation took
+    4-36 ms after a 50 ms pause). Called by the judge before its clock starts, so a window begins on a GPU in
+    the state its own costs were measured in."""
+    buf = flush_buffer(device)
+    for _ in range(max(1, WAKE_BYTES // buf.numel())):
+        buf.zero_()
+    torch.cuda.synchronize()
+
+
 def sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()

@@ -240,10 +240,12 @@ class Judge:
         collecting = gc.isenabled()
         gc.disable()        # no collection pause of the judge's own inside its clock
         if self.on_gpu:
-            # The judge's own GPU work (the references of the window's input sets, launched just before) must
-            # be done before the clock starts: on the H200 it was still running and the candidate's input
-            # generation waited behind it, 7-53 ms of a 60 ms window charged to the candidate's calls.
-            torch.cuda.synchronize()
+            # The judge's own GPU work (the window's references) is done and the GPU is back at speed before
+            # the clock starts: on the H200 a window's input generation, run on a GPU idle since the last
+            # window, took 6-53 ms where the judge's own measurement of it said 3, and the difference was
+            # charged to the candidate's calls (GQA decode scored 0.7x instead of ~1.2x).
+            from ksearch.eval.clocks.gputime import wake
+            wake()
         try:
             t0 = time.perf_counter()
             try:
@@ -451,7 +453,7 @@ class Judge:
     def _reveal_ms(self, w: Workload, n_sets: int, trials: int = 3) -> float:
         """The judge's own time for what a window does besides calls: fresh inputs generated into P sets,
         P outputs fetched into shared memory, one synchronisation. The fastest of `trials` (after a warm-up)."""
-        from ksearch.eval.clocks.gputime import reveal
+        from ksearch.eval.clocks.gputime import reveal, wake
 
         names = self.task.definition.input_names
 
@@ -466,7 +468,7 @@ class Judge:
         walls = []
         for t in range(trials + 1):
             with exchange.SharedCall(layout) as shared:
-                torch.cuda.synchronize()
+                wake()          # as before a window (Judge.timed)
                 t0 = time.perf_counter()
                 reveal(sets, make, [w.input_seed(salt, 810 + t * n_sets + j) for j in range(n_sets)])
                 torch.cuda.synchronize()
