@@ -289,3 +289,36 @@ def test_gpu_gqa_cuda_solution_matches_the_reference_on_tiny_workloads(tmp_path)
         torch.cuda.synchronize()
         torch.testing.assert_close(got_out.float(), want_out.float(), atol=1e-2, rtol=1e-2)
         torch.testing.assert_close(got_lse, want_lse, atol=1e-2, rtol=1e-2)
+
+
+@cpu_only
+def test_the_cuda_builder_may_start_the_compiler_inside_the_judges_sandbox(monkeypatch):
+    """The harness's CUDA builder starts nvcc in the candidate's walled, audited process: the audit hook
+    allows it (it once counted the fork server's nameless `python -c` frame at the bottom of the stack as
+    candidate code, and every CUDA candidate on the H200 failed as INCORRECT_TAMPERING)."""
+    import shutil
+    import tempfile
+
+    from ksearch.eval.parent.evaluator import EvalSettings, Evaluator
+    from ksearch.eval.report import BaselineTimes, Status
+    from ksearch.task import load_task
+
+    folder = Path(tempfile.mkdtemp(prefix="ksearch_fake_nvcc_"))
+    try:
+        (folder / "bin").mkdir()
+        script = folder / "bin" / "nvcc"       # writes the object file, as a compile that succeeded
+        script.write_text(f'#!{sys.executable}\nimport sys\nargs = sys.argv[1:]\n'
+                          f'open(args[args.index("-o") + 1], "w").write("obj")\n')
+        for p in (folder, folder / "bin", script):      # the candidate runs as another uid where it can
+            p.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{folder / 'bin'}{os.pathsep}{os.environ['PATH']}")
+        task = load_task("gqa_paged_decode_h32_kv4_d128_ps1")
+        source = (Path(__file__).resolve().parents[1] / "examples" / "gqa_decode_naive.cu").read_text()
+        workloads = task.workload_set("tiny")[:1]
+        base = BaselineTimes("cpu", {"reference": {w.name: 1.0 for w in workloads}}, "fixed 1 ms")
+        with Evaluator(task, EvalSettings(device="cpu", timeout_s=300, trials=1, check_trials=1)) as ev:
+            r = ev.evaluate(source, "cuda_builder_in_the_sandbox", workloads, base)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert r.status != Status.INCORRECT_TAMPERING, r.summary()
+    assert "compiled with nvcc for sm_90a" in r.summary(), r.summary()

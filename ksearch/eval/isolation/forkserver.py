@@ -246,8 +246,7 @@ class ForkServer:
                   "shm_bytes": self.shm_bytes}
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-c", "from ksearch.eval.isolation.forkserver import zygote_main; zygote_main()",
-                 json.dumps(config)],
+                [sys.executable, "-m", "ksearch.eval.isolation.zygote", json.dumps(config)],
                 stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, pass_fds=(theirs.fileno(),),
                 start_new_session=True, env=env, close_fds=True)
         finally:
