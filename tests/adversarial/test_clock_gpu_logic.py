@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from ksearch.eval import wire
+from ksearch.eval.clocks import gputime
 from ksearch.eval.report import Metric, Status
 from ksearch.eval.trusted import exchange
 from ksearch.eval.trusted import judge as judge_module
@@ -33,6 +34,7 @@ class Script:
         self.graph_is_empty = False        # graph windows answer stale outputs
         self.wrong_in = set()              # modes whose outputs are wrong from their second window on
         self.event_ms = None
+        self.event_per_call_ms = None      # set: its events claim this per call (flush included) instead
         self.presend_after = None          # after this op, write one reply ahead
         self.on_profile = None             # (conn, request) -> None: answers the advisory profile request
         self.__dict__.update(kw)
@@ -91,7 +93,8 @@ def _serve(sock: socket.socket, task, script: Script) -> None:
                 for slot, value in zip(shared.outputs[j * k:(j + 1) * k], got):
                     slot.copy_(value)
             shared.close()
-            send({"ok": True, "event_ms": script.event_ms})
+            event = script.event_ms if script.event_per_call_ms is None else req["n"] * script.event_per_call_ms
+            send({"ok": True, "event_ms": event})
         elif op == "profile" and script.on_profile is not None:
             if script.on_profile(conn, req) == "exit":
                 return
@@ -135,6 +138,7 @@ class ScriptedSpawner:
 def gpu_judge(monkeypatch, task, workloads):
     """A judge that takes the GPU path on CPU tensors (its CUDA calls made no-ops)."""
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(gputime, "wake", lambda *a, **k: None)
 
     def make(script, trials=3):
         job = EvalJob(task=TASK, candidates=[("# scripted", "scripted")], workloads=list(workloads), device="cpu",
@@ -238,3 +242,28 @@ def test_a_disagreement_between_clock_and_events_is_quoted_with_where_the_window
     assert "inputs 4.00 ms, calls 25.00 ms, outputs 1.00 ms" in note
     for lie in (None, "fast", [1.0, 2.0], [float("nan"), 1.0, 1.0], [True, 1.0, 1.0], {"a": 1}):
         assert "says" not in window_note(30.0, 300, costs, costs.flush_ms, lie)    # quoted only when well formed
+    split = window_note(30.0, 300, costs, costs.flush_ms, [4.0, 25.0, 1.0], [3.0, 0.5, 0.5])
+    assert "(inputs: make 3.00, copy 0.50, wait for the GPU 0.50)" in split
+    assert "inputs:" not in window_note(30.0, 300, costs, costs.flush_ms, [4.0, 25.0, 1.0], [1e9, "x", 1.0])
+
+
+def test_the_probe_of_the_input_generation_is_quoted_bounded_and_only_when_well_formed():
+    from ksearch.eval.trusted.judge import probe_note
+
+    run = {"host_ms": 12.0, "make_ms": 2.0, "copy_ms": 0.5, "sync_ms": 9.5, "gpu_ms": 11.0,
+           "allocator": {"num_device_alloc": 2, "num_device_free": 2, "num_sync_all_streams": 0}}
+    note = probe_note({"ok": True, "runs": [run]})
+    assert "12.00 ms (make 2.00, copy 0.50, wait 9.50; GPU 11.00) [num_device_alloc 2, num_device_free 2]" in note
+    flood = probe_note({"ok": True, "runs": [dict(run, allocator={"x" * 10_000: 1})] * 10_000})
+    assert len(flood) < 1000
+    for lie in (None, {"ok": False}, {"ok": True, "runs": "fast"}, {"ok": True, "runs": [{"host_ms": "1"}]}):
+        assert probe_note(lie) == "no probe of its input generation"
+
+
+def test_a_flagged_disagreement_asks_the_candidate_where_its_input_generation_went(gpu_judge, workloads):
+    script = Script(event_per_call_ms=COSTS.flush_ms + 0.01)     # its events claim 10 µs, the clock says ~50
+    j, c = gpu_judge(script)
+    _timed(j, c, workloads[0])
+    assert any(op == "reveal_probe" for op, _ in script.log), script.log
+    assert any("own events say" in f and "no probe of its input generation" in f for f in c.report.flags), \
+        c.report.flags

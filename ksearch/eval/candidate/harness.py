@@ -29,8 +29,11 @@ Requests (pickled dicts from the judge; each gets exactly one reply; `shared`: a
   capture {n}                     (GPU) CUDA graphs of n x [flush, call] and n x [flush] -> {ok, kernels}
   window {mode, seeds, n, layout, shared}   (GPU) fresh values into the P sets, then n calls as `mode`
                                   (graph | eager | eager_sync), then the P last outputs into the slots
-                                  -> {event_ms, phases_ms: [inputs, calls, outputs] by its host clock}
+                                  -> {event_ms, phases_ms: [inputs, calls, outputs] by its host clock,
+                                  inputs_split_ms: [make, copy, wait for the GPU]}
                                   (both a cross-check and a diagnosis only; the judge's clock counts)
+  reveal_probe {seeds}            (GPU, untimed, quoted only) the input generation of a window again, per
+                                  seed: its parts by the host clock, its GPU time, the allocator's counters
   profile {workload, seed}        (GPU, advisory, after all timing) one warm call, then one call under the
                                   profiler -> {launches: [[kernel, GPU µs], ...], kernels: [what the Triton
                                   cache in scratch says of each compiled kernel]} (ksearch.profile.collect
@@ -176,6 +179,16 @@ CLOCKED_OPS = frozenset({"call", "window"})
 SETTLING_OPS = frozenset({"ready", "pool", "capture"})
 
 
+ALLOCATOR_COUNTS = ("num_device_alloc", "num_device_free", "num_sync_all_streams", "num_alloc_retries")
+
+
+def _allocator_counts() -> dict[str, int]:
+    """The caching allocator's counters that say it went to the driver (cudaMalloc, cudaFree: each free
+    synchronises the device) or retried after running out."""
+    stats = torch.cuda.memory_stats()
+    return {key: int(stats.get(key, 0)) for key in ALLOCATOR_COUNTS}
+
+
 def _settle_garbage() -> None:
     gc.collect()
     gc.freeze()
@@ -189,7 +202,8 @@ class _Server:
         self._recv, self._send = channel.recv, channel.send
         self.ops: dict[str, Callable[[dict[str, Any], int | None], dict[str, Any]]] = {
             "ready": self.ready, "call": self.call, "inspect": self.inspect, "pool": self.pool,
-            "capture": self.capture, "window": self.window, "profile": self.profile}
+            "capture": self.capture, "window": self.window, "profile": self.profile,
+            "reveal_probe": self.reveal_probe}
         self._map = exchange.Mapped
         self._scrub = scrub
         self._no_grad = torch.no_grad
@@ -371,7 +385,9 @@ class _Server:
         shared = self._map(fd, req["layout"])     # type: ignore[arg-type]  # the judge sends every window its file
         try:
             t0 = self._now()
-            self._reveal(k.pool, self._make, list(req["seeds"]))
+            split: list[float] = []
+            self._reveal(k.pool, self._make, list(req["seeds"]), split)
+            t_made = self._now()
             self._sync()        # written before any call reads them, whatever stream it launches on
             t1 = self._now()
             mode, n, n_sets = req["mode"], int(req["n"]), len(k.pool)
@@ -401,10 +417,36 @@ class _Server:
             # where the window's time went, by this process's host clock: a diagnosis the judge may quote when
             # its clock and the events disagree, never a number it uses
             phases = [(t1 - t0) * 1e3, (t2 - t1) * 1e3, (self._now() - t2) * 1e3]
-            return {"ok": True, "event_ms": event_ms, "phases_ms": phases}
+            return {"ok": True, "event_ms": event_ms, "phases_ms": phases,
+                    "inputs_split_ms": split + [(t1 - t_made) * 1e3]}
         finally:
             shared.close()
 
+
+    def reveal_probe(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
+        """Untimed, after a workload's windows, when the judge's clock and this process's events disagree: the
+        window's input generation again, a few times, with its parts (host clock), its GPU time (events) and
+        what the allocator did. The judge only quotes it."""
+        k = self.k
+        if not k.on_gpu or not k.pool:
+            return {"ok": False, "message": "no GPU input sets to probe"}
+        runs = []
+        for seed in req["seeds"]:
+            before = _allocator_counts()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            split: list[float] = []
+            t0 = self._now()
+            a.record()
+            self._reveal(k.pool, self._make, [int(seed) + j for j in range(len(k.pool))], split)
+            b.record()
+            t_made = self._now()
+            self._sync()
+            t1 = self._now()
+            after = _allocator_counts()
+            runs.append({"host_ms": (t1 - t0) * 1e3, "make_ms": split[0], "copy_ms": split[1],
+                         "sync_ms": (t1 - t_made) * 1e3, "gpu_ms": float(a.elapsed_time(b)),
+                         "allocator": {key: after[key] - before.get(key, 0) for key in after}})
+        return {"ok": True, "runs": runs}
 
     # ---- advice (never counts) -------------------------------------------------------------------------------
     def profile(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:

@@ -79,6 +79,7 @@ CROSS_CHECK_TOLERANCE = 0.25    # candidate's own event time vs the judge's cloc
 STEADY_MIN = 0.02               # halves of a measurement always "agree" within this
 WINDOW_SEED_BASE = 1000         # timed windows draw input seeds from trial numbers above the checks'
 PLACEHOLDER_SEED_BASE = 900     # the timing sets' first values: never timed, never verified
+PROBE_SEED_BASE = 700           # the untimed re-runs of a window's input generation (reveal_probe)
 PROFILE_SEED = 950              # the inputs of the profiled call (advice only: never verified)
 PROFILE_TIMEOUT_S = 30.0        # one profile reply (a profiler's first start takes a second or two)
 PROFILE_WORKLOADS = 2           # profiled per candidate: its longest and shortest (the pass costs ~2 calls + a profiler start each)
@@ -600,7 +601,8 @@ class Judge:
                 if got is None:
                     return False
                 gpu.append(per_call_ms(got.ms, n, costs.besides_calls(n, per_call_extra)))
-                c.window_notes[w.name] = window_note(got.ms, n, costs, per_call_extra, got.header.get("phases_ms"))
+                c.window_notes[w.name] = window_note(got.ms, n, costs, per_call_extra, got.header.get("phases_ms"),
+                                                     got.header.get("inputs_split_ms"))
                 event = got.header.get("event_ms")
                 if isinstance(event, (int, float)) and not isinstance(event, bool) and math.isfinite(event):
                     claimed.append(per_call_ms(event, n, n * costs.flush_ms))
@@ -646,8 +648,16 @@ class Judge:
             if gap > CROSS_CHECK_TOLERANCE and abs(row.self_reported_ms - row.gpu_time_ms) > 0.002:
                 c.report.flags.append(f"{w.name}: the candidate's own events say {row.self_reported_ms * 1e3:.1f} µs, "
                                       f"the judge's clock {row.gpu_time_ms * 1e3:.1f} µs (the judge's counts)"
-                                      + (f"; {c.window_notes[w.name]}" if w.name in c.window_notes else ""))
+                                      + (f"; {c.window_notes[w.name]}" if w.name in c.window_notes else "")
+                                      + self.reveal_probe(c, w))
         self.floor_check(c, w, row)
+
+    def reveal_probe(self, c: _Cand, w: Workload) -> str:
+        """Where a window's input generation went in the candidate's process, asked (untimed) only when the
+        judge's clock and the candidate's events disagree: quoted in the flag, never used."""
+        seeds = [w.input_seed(self.nonce, PROBE_SEED_BASE + 16 * j) for j in range(3)]
+        header, _, _ = self.request(c, {"op": "reveal_probe", "seeds": seeds})
+        return "; " + probe_note(header)
 
     def floor_check(self, c: _Cand, w: Workload, row: WorkloadResult) -> None:
         if not self.job.floor_check or row.latency_ms is None or not self.on_gpu:
@@ -892,7 +902,37 @@ class Judge:
         return header, ""
 
 
-def window_note(window_ms: float, n: int, costs: TrustedCosts, per_call: float, phases: Any) -> str:
+def _numbers(value: Any, count: int) -> list[float] | None:
+    """`value` when it is a list of `count` finite numbers (the candidate's process sent it), else None."""
+    if isinstance(value, list) and len(value) == count and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value):
+        return [float(x) for x in value]
+    return None
+
+
+def probe_note(header: Any) -> str:
+    """The candidate process's reveal_probe reply in words (bounded: it is the candidate's to write)."""
+    runs = header.get("runs") if isinstance(header, dict) and header.get("ok") else None
+    if not isinstance(runs, list) or not runs:
+        return "no probe of its input generation"
+    parts = []
+    for run in runs[:4]:
+        if not isinstance(run, dict):
+            continue
+        got = _numbers([run.get(k) for k in ("host_ms", "make_ms", "copy_ms", "sync_ms", "gpu_ms")], 5)
+        if got is None:
+            continue
+        alloc = run.get("allocator")
+        alloc = alloc if isinstance(alloc, dict) else {}
+        counts = ", ".join(f"{str(k)[:24]} {int(v)}" for k, v in list(alloc.items())[:4]
+                           if isinstance(v, int) and not isinstance(v, bool) and v)
+        parts.append(f"{got[0]:.2f} ms (make {got[1]:.2f}, copy {got[2]:.2f}, wait {got[3]:.2f}; GPU {got[4]:.2f})"
+                     + (f" [{counts}]" if counts else ""))
+    return ("its input generation re-run untimed: " + "; ".join(parts)) if parts else "no probe of its input generation"
+
+
+def window_note(window_ms: float, n: int, costs: TrustedCosts, per_call: float, phases: Any,
+                split: Any = None) -> str:
     """One window in words: what the judge's clock read and subtracted, and where the candidate's process says
     the time went (its host clock: inputs generated, calls, outputs copied out). Quoted only, never used."""
     note = (f"last window {window_ms:.2f} ms for {n} calls, less the judge's own {costs.reveal_ms:.2f} ms of "
@@ -901,6 +941,9 @@ def window_note(window_ms: float, n: int, costs: TrustedCosts, per_call: float, 
             isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in phases):
         note += (f"; the candidate's process says inputs {phases[0]:.2f} ms, calls {phases[1]:.2f} ms, "
                  f"outputs {phases[2]:.2f} ms")
+        parts = _numbers(split, 3)
+        if parts:
+            note += f" (inputs: make {parts[0]:.2f}, copy {parts[1]:.2f}, wait for the GPU {parts[2]:.2f})"
     return note
 
 
