@@ -134,6 +134,8 @@ class RegionalEvaluator(ScriptedEvaluator):
         r.score_name, r.baseline = "geomean_speedup", baseline.label
         return r
 
+    confirm = evaluate          # a held-out confirmation is an evaluation here
+
 
 def _run(path, ev, validate="auto"):
     cfg = OmegaConf.merge(OmegaConf.structured(Config), {"search": {"max_rounds": 14}, "eval": {"validate": validate}})

@@ -31,6 +31,9 @@ class EvaluatorLike(Protocol):
     def evaluate(self, source: str, solution_id: str, workloads: list[Workload],
                  baseline: BaselineTimes | None) -> EvalReport: ...
 
+    def confirm(self, source: str, solution_id: str, workloads: list[Workload],
+                baseline: BaselineTimes | None) -> EvalReport: ...
+
     def measure_baselines(self, workloads: list[Workload]) -> BaselineTimes: ...
 
     def remeasure(self, entries: list[tuple[str, str]], workloads: list[Workload],

@@ -108,8 +108,8 @@ class Validation:
         source = self.recorder.source(solution_id) or ""
 
         def compute() -> dict[str, Any]:
-            return self.recorder.evaluator.evaluate(source, f"{solution_id}@validate", self.workloads,
-                                                    baseline).to_json()
+            return self.recorder.evaluator.confirm(source, f"{solution_id}@validate", self.workloads,
+                                                   baseline).to_json()
 
         rec = self.recorder.answer(R.Validate(key=f"{solution_id}@{round_index}", round=round_index,
                                               solution_id=solution_id, set=self.set_name), compute)

@@ -64,14 +64,24 @@ class RecordedEvaluator:
         self._notify(f"replay: {self.source} recorded no baseline; measuring it")
         return self._real().measure_baselines(workloads)
 
-    def evaluate(self, source: str, solution_id: str, workloads: list[Any],
-                 baseline: BaselineTimes | None) -> EvalReport:
+    def _recorded(self, solution_id: str) -> EvalReport | None:
         queue = self._evals.get(solution_id)
         if queue:
             value = queue.popleft() if len(queue) > 1 else queue[0]
             return EvalReport.from_json(value)
         self._notify(f"replay: kernel {solution_id} is not in {self.source}; measuring it (the run diverged)")
-        return self._real().evaluate(source, solution_id, workloads, baseline)
+        return None
+
+    def evaluate(self, source: str, solution_id: str, workloads: list[Any],
+                 baseline: BaselineTimes | None) -> EvalReport:
+        got = self._recorded(solution_id)
+        return got if got is not None else self._real().evaluate(source, solution_id, workloads, baseline)
+
+    def confirm(self, source: str, solution_id: str, workloads: list[Any],
+                baseline: BaselineTimes | None) -> EvalReport:
+        """A recorded validation (keyed SOLUTION@validate), else a live held-out confirmation."""
+        got = self._recorded(solution_id)
+        return got if got is not None else self._real().confirm(source, solution_id, workloads, baseline)
 
     def remeasure(self, entries: list[tuple[str, str]], workloads: list[Any],
                   baseline: BaselineTimes | None) -> list[EvalReport]:

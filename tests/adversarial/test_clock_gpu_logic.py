@@ -267,3 +267,43 @@ def test_a_flagged_disagreement_asks_the_candidate_where_its_input_generation_we
     assert any(op == "reveal_probe" for op, _ in script.log), script.log
     assert any("own events say" in f and "no probe of its input generation" in f for f in c.report.flags), \
         c.report.flags
+
+
+def test_a_confirmation_that_scores_gpu_time_times_no_eager_windows(gpu_judge, workloads):
+    """A held-out confirmation (validation) needs only the score's clock: the graph windows, not the eager
+    call-latency ones (which cost a validation a quarter of its windows)."""
+    script = Script()
+    j, c = gpu_judge(script)
+    j.job.call_latency = False
+    status, row = _timed(j, c, workloads[0])
+    assert status == Status.PASSED, c.report.summary()
+    modes = [args.get("mode") for op, args in script.log if op == "window"]
+    assert modes and set(modes) == {"graph"}, modes
+    assert row.gpu_time_ms is not None and row.call_latency_ms is None and row.latency_ms == row.gpu_time_ms
+
+
+def test_the_evaluator_confirms_without_profile_or_call_latency(monkeypatch):
+    """Evaluator.confirm asks the judge for a lean job; evaluate keeps both."""
+    from ksearch.eval.parent import evaluator as evaluator_module
+    from ksearch.eval.parent.evaluator import EvalSettings, Evaluator
+    from ksearch.task import load_task
+
+    jobs = []
+
+    class Reply:
+        kind, value, output, output_bytes = "error", None, "", 0
+
+    def capture(self, kind, job, timeout, what):
+        jobs.append(job)
+        return Reply()
+
+    monkeypatch.setattr(Evaluator, "_request", capture)
+    ev = Evaluator.__new__(Evaluator)
+    ev.task, ev.settings = load_task(TASK), EvalSettings(device="cpu")
+    ev.static_config = None
+    monkeypatch.setattr(evaluator_module, "check_source", lambda src, cfg: [])
+    w = ev.task.workload_set("tiny")[:1]
+    ev.evaluate("def run(): pass", "a", w, None)
+    ev.confirm("def run(): pass", "b", w, None)
+    assert (jobs[0].profile, jobs[0].call_latency) == (True, True)
+    assert (jobs[1].profile, jobs[1].call_latency) == (False, False)

@@ -105,6 +105,11 @@ class LocalPool:
         with self._lender.borrow() as ev:
             return ev.evaluate(source, solution_id, workloads, baseline)
 
+    def confirm(self, source: str, solution_id: str, workloads: list[Any],
+                baseline: BaselineTimes | None) -> EvalReport:
+        with self._lender.borrow() as ev:
+            return ev.confirm(source, solution_id, workloads, baseline)
+
     def remeasure(self, entries: list[tuple[str, str]], workloads: list[Any],
                   baseline: BaselineTimes | None) -> list[EvalReport]:
         with self._lender.borrow() as ev:
@@ -132,6 +137,9 @@ class _EvaluatorActor:
 
     def evaluate(self, source: str, solution_id: str, workloads: list[Any], baseline: Any) -> EvalReport:
         return self.evaluator.evaluate(source, solution_id, workloads, baseline)
+
+    def confirm(self, source: str, solution_id: str, workloads: list[Any], baseline: Any) -> EvalReport:
+        return self.evaluator.confirm(source, solution_id, workloads, baseline)
 
     def remeasure(self, entries: list[tuple[str, str]], workloads: list[Any], baseline: Any) -> list[EvalReport]:
         return self.evaluator.remeasure(entries, workloads, baseline)
@@ -208,6 +216,10 @@ class RayPool:
     def evaluate(self, source: str, solution_id: str, workloads: list[Any],
                  baseline: BaselineTimes | None) -> EvalReport:
         return self._call("evaluate", source, solution_id, list(workloads), baseline)
+
+    def confirm(self, source: str, solution_id: str, workloads: list[Any],
+                baseline: BaselineTimes | None) -> EvalReport:
+        return self._call("confirm", source, solution_id, list(workloads), baseline)
 
     def remeasure(self, entries: list[tuple[str, str]], workloads: list[Any],
                   baseline: BaselineTimes | None) -> list[EvalReport]:

@@ -100,6 +100,7 @@ class EvalJob(Job):
     sandbox: bool = True            # audit hooks in the candidate's process
     floor_check: bool = True
     profile: bool = True            # (GPU) the advisory profile pass after timing
+    call_latency: bool = True       # (GPU) also time eager calls (their latency) when the score is GPU time
 
 
 @dataclass(frozen=True)
@@ -619,6 +620,9 @@ class Judge:
             row.unstable = not steady(gpu[count:], self.device)
             gpu[:] = gpu[count:] if not row.unstable else gpu
         # Call latency: eager calls, host included, no flushes; as many as the judge's GPU time says fill a window.
+        if not job.call_latency and job.metric == Metric.gpu_time:
+            self.record(c, w, gpu, [], method, claimed)        # a confirmation that needs only the score's clock
+            return
         n_eager = self._calls(w, max(statistics.median(gpu), 0.005), EAGER_TARGET_MS, costs, n_sets)
         lat: list[float] = []
         for _ in range(max(1, job.trials)):
