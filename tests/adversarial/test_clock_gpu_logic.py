@@ -137,8 +137,7 @@ class ScriptedSpawner:
 @pytest.fixture
 def gpu_judge(monkeypatch, task, workloads):
     """A judge that takes the GPU path on CPU tensors (its CUDA calls made no-ops)."""
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    monkeypatch.setattr(gputime, "wake", lambda *a, **k: None)
+    no_gpu_waits(monkeypatch)
 
     def make(script, trials=3):
         job = EvalJob(task=TASK, candidates=[("# scripted", "scripted")], workloads=list(workloads), device="cpu",
@@ -149,6 +148,12 @@ def gpu_judge(monkeypatch, task, workloads):
         j.start(j.cands[0], 0)
         return j, j.cands[0]
     return make
+
+
+def no_gpu_waits(monkeypatch):
+    """The judge's GPU synchronisations and its wake before a clock, made no-ops (CPU tensors here)."""
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(gputime, "wake", lambda *a, **k: None)
 
 
 def _timed(j, c, w):

@@ -109,9 +109,9 @@ def test_a_report_without_a_profile_says_why():
 def test_a_job_profiles_every_passing_candidate_after_timing(task, monkeypatch):
     from ksearch.eval.report import Metric
     from ksearch.eval.trusted.judge import EvalJob, Judge
-    from tests.adversarial.test_clock_gpu_logic import COSTS, ScriptedSpawner
+    from tests.adversarial.test_clock_gpu_logic import COSTS, ScriptedSpawner, no_gpu_waits
 
-    monkeypatch.setattr(judge_module.torch.cuda, "synchronize", lambda *a, **k: None)
+    no_gpu_waits(monkeypatch)
     monkeypatch.setattr(judge_module.torch.cuda, "get_device_capability", lambda *a: (9, 0))
     workloads = list(task.workload_set("tiny"))[:3]
     script = Script(on_profile=honest)
