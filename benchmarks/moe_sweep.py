@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.sweep_restart import is_sticky, restart_for_the_rest
+from benchmarks.sweep_restart import is_sticky, run_resumable
 
 TASK = "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048"
 NEW = "grouped_fp8_twoterm"
@@ -444,15 +444,8 @@ def main(argv: list[str] | None = None) -> int:
             print("moe_sweep: no CUDA device here; run it on the GPU machine, or pass --smoke", file=sys.stderr)
             return 2
     sweep = Sweep(Path(args.out_dir), args.smoke, args.budget_s, log=lambda m: print(m, flush=True), only_t=only_t)
-    previous = Path(args.out_dir) / "moe_sweep.json"
-    if args.resume and previous.is_file():
-        sweep.resume_from(json.loads(previous.read_text()))
-    doc = sweep.run()
-    if sweep.poisoned and args.resume < MAX_RESTARTS:
-        restart_for_the_rest(__file__, args.resume, argv,
-                             "moe_sweep: CUDA context lost; restarting to measure the remaining settings")
-    print(table(doc), flush=True)
-    print(f"wrote {previous} in {doc['elapsed_s']:.0f}s", flush=True)
+    run_resumable(sweep, Path(args.out_dir) / "moe_sweep.json", __file__, args.resume, MAX_RESTARTS, argv,
+                  "moe_sweep", "settings", table)
     return 0
 
 

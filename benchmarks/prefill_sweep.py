@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.sweep_restart import is_sticky, restart_for_the_rest
+from benchmarks.sweep_restart import is_sticky, run_resumable
 
 TASK = "mla_paged_prefill_causal_h16_ckv512_kpe64_ps1"
 BF16_PEAK_TFLOPS = 790.0
@@ -355,15 +355,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     sweep = Sweep(Path(args.out_dir), args.dry, args.budget_s, args.per_variant_s, args.variants,
                   log=lambda m: print(m, flush=True))
-    previous = Path(args.out_dir) / "prefill_sweep.json"
-    if args.resume and previous.is_file():
-        sweep.resume_from(json.loads(previous.read_text()))
-    doc = sweep.run()
-    if sweep.poisoned and args.resume < MAX_RESTARTS:
-        restart_for_the_rest(__file__, args.resume, argv,
-                             "prefill_sweep: CUDA context lost; restarting to measure the remaining variants")
-    print(table(doc), flush=True)
-    print(f"wrote {Path(args.out_dir) / 'prefill_sweep.json'} in {doc['elapsed_s']:.0f}s", flush=True)
+    run_resumable(sweep, Path(args.out_dir) / "prefill_sweep.json", __file__, args.resume, MAX_RESTARTS, argv,
+                  "prefill_sweep", "variants", table)
     return 0
 
 
