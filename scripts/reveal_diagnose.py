@@ -48,6 +48,7 @@ def measure(task_name: str, workloads: list[str], trials: int = 8, idle: str = "
     """Reveal timings in this process: one line per workload."""
     import torch
 
+    from ksearch.eval.clocks.gputime import reveal
     from ksearch.task.registry import load_task
 
     def sync() -> None:
@@ -71,19 +72,16 @@ def measure(task_name: str, workloads: list[str], trials: int = 8, idle: str = "
         rows: dict[str, list[float]] = {"make": [], "copy": [], "sync": [], "total": []}
         for t in range(trials + 1):
             pause(idle, torch)
+            parts: list[float] = []
             t0 = time.perf_counter()
-            made = [make(1000 + 10 * t + j) for j in range(3)]
-            t1 = time.perf_counter()
-            for dst, src in zip(sets, made):
-                for i, v in enumerate(src):
-                    if isinstance(dst[i], torch.Tensor):
-                        dst[i].copy_(v)
+            reveal(sets, make, [1000 + 10 * t + j for j in range(3)], parts)     # what a window does
             t2 = time.perf_counter()
             sync()
             t3 = time.perf_counter()
             if t:
-                for key, a, b in (("make", t0, t1), ("copy", t1, t2), ("sync", t2, t3), ("total", t0, t3)):
-                    rows[key].append((b - a) * 1e3)
+                for key, ms in zip(("make", "copy", "sync", "total"),
+                                   (*parts, (t3 - t2) * 1e3, (t3 - t0) * 1e3)):
+                    rows[key].append(ms)
         if "kv_lens" in w.params:
             from ksearch.task.paged import paged_indices
             idx = []
