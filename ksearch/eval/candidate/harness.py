@@ -422,7 +422,6 @@ class _Server:
         finally:
             shared.close()
 
-
     def reveal_probe(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
         """Untimed, after a workload's windows, when the judge's clock and this process's events disagree: the
         window's input generation again, a few times, with its parts (host clock), its GPU time (events) and
@@ -445,7 +444,7 @@ class _Server:
             after = _allocator_counts()
             runs.append({"host_ms": (t1 - t0) * 1e3, "make_ms": split[0], "copy_ms": split[1],
                          "sync_ms": (t1 - t_made) * 1e3, "gpu_ms": float(a.elapsed_time(b)),
-                         "allocator": {key: after[key] - before.get(key, 0) for key in after}})
+                         "allocator": {key: after[key] - before[key] for key in after}})
         return {"ok": True, "runs": runs}
 
     # ---- advice (never counts) -------------------------------------------------------------------------------
