@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.sweep_restart import is_sticky, run_resumable
+from ksearch.store.atomic import atomic_write
 
 TASK = "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048"
 NEW = "grouped_fp8_twoterm"
@@ -354,12 +355,7 @@ class Sweep:
                 "rows": [{**asdict(r), "key": r.key} for r in self.rows]}
 
     def write(self) -> Path:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        path = self.out_dir / "moe_sweep.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.document(), indent=1))
-        tmp.replace(path)
-        return path
+        return atomic_write(self.out_dir / "moe_sweep.json", json.dumps(self.document(), indent=1))
 
 
 def _fmt(v: float | None, spec: str) -> str:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.sweep_restart import is_sticky, run_resumable
+from ksearch.store.atomic import atomic_write
 
 TASK = "mla_paged_prefill_causal_h16_ckv512_kpe64_ps1"
 BF16_PEAK_TFLOPS = 790.0
@@ -269,12 +270,7 @@ class Sweep:
                 "variants": [{**asdict(v), "label": v.label} for v in self.variants]}
 
     def write(self) -> Path:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        path = self.out_dir / "prefill_sweep.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.document(), indent=1))
-        tmp.replace(path)
-        return path
+        return atomic_write(self.out_dir / "prefill_sweep.json", json.dumps(self.document(), indent=1))
 
     def run(self) -> dict[str, Any]:
         """Measure what is still pending; stops early (self.poisoned) after a sticky CUDA error."""
