@@ -1,6 +1,9 @@
 """`ksearch task new`: a FlashInfer-Bench definition becomes a task the offline model can search at once."""
 
+import contextlib
+import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -22,13 +25,25 @@ SCALE_ROWS = {
 }
 
 
+@pytest.fixture(scope="module")
+def rmsnorm_written(tmp_path_factory):
+    """`ksearch task new` once per module (it runs every starter kernel to check it, seconds each time)."""
+    root = tmp_path_factory.mktemp("task_new") / "mine"
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
+        mp.setenv("KSEARCH_TASKS_DIR", str(root))
+        assert main(["task", "new", str(EXAMPLE), "--dir", str(root)]) == 0
+    assert "task rmsnorm_h4096 written" in out.getvalue() and "starter catalog: rmsnorm" in out.getvalue()
+    return root / "rmsnorm_h4096"
+
+
 @pytest.fixture
-def rmsnorm_dir(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("KSEARCH_TASKS_DIR", str(tmp_path / "mine"))
-    assert main(["task", "new", str(EXAMPLE), "--dir", str(tmp_path / "mine")]) == 0
-    out = capsys.readouterr().out
-    assert "task rmsnorm_h4096 written" in out and "starter catalog: rmsnorm" in out
-    return tmp_path / "mine" / "rmsnorm_h4096"
+def rmsnorm_dir(rmsnorm_written, tmp_path, monkeypatch):
+    """A private copy of the written task, in its own tasks folder (tests edit it)."""
+    mine = tmp_path / "mine"
+    shutil.copytree(rmsnorm_written.parent, mine)
+    monkeypatch.setenv("KSEARCH_TASKS_DIR", str(mine))
+    return mine / "rmsnorm_h4096"
 
 
 def test_the_folder_has_every_part_of_a_task(rmsnorm_dir):
