@@ -305,12 +305,22 @@ def typed_origins(d: dict[str, Any]) -> dict[str, Any]:
     if raw is None:
         return d
     origins: dict[str, dict[str, BaselineOrigin]] = {}
-    if isinstance(raw, dict):
-        for variant, per in raw.items():
-            if isinstance(per, dict):
-                origins[variant] = {w: o if isinstance(o, BaselineOrigin) else BaselineOrigin(**_known(BaselineOrigin, o))
-                                    for w, o in per.items() if isinstance(o, (dict, BaselineOrigin))}
+    for variant, per in (raw.items() if isinstance(raw, dict) else ()):
+        typed = {w: _origin(o) for w, o in per.items()} if isinstance(per, dict) else {}
+        origins[str(variant)] = {w: o for w, o in typed.items() if o is not None}
     return {**d, "origins": origins}
+
+
+def _origin(o: Any) -> BaselineOrigin | None:
+    if isinstance(o, BaselineOrigin):
+        return o
+    if not isinstance(o, dict):
+        return None
+    try:
+        return BaselineOrigin(bool(o.get("reused", False)), float(o.get("measured_at", 0.0)),
+                              str(o.get("device", "")), str(o.get("host", "")), str(o.get("key", "")))
+    except (TypeError, ValueError):
+        return None
 
 
 def score_report(report: EvalReport, baseline: BaselineTimes) -> EvalReport:
