@@ -6,7 +6,8 @@ Reads only the run's journal and best/report.json. Per run: the task, evaluation
 (evaluations per minute), the best's status and score, what a held-out validation cost next to a
 feedback evaluation of the same kernel (each job's elapsed_s as the evaluator recorded it), and per
 baseline set whether it was measured or reused from the baseline cache and how long it took (the time
-since the record before it). Exits 1 when a run has no PASSED best, naming it.
+since the record before it: for the first set, the evaluation worker's start is in it). Exits 1 when a run
+has no PASSED best, naming it.
 """
 
 from __future__ import annotations
