@@ -392,3 +392,36 @@ def test_recorded_origins_that_do_not_parse_are_left_out():
     got = BaselineTimes.from_json(d)
     assert got.origins == {"reference": {"u": BaselineOrigin(True, 1.0e9, "H200")}}
     assert "reused from" in got.provenance() and "H200" in got.provenance()
+
+
+def test_the_evaluator_says_a_cache_warning_once(tmp_path):
+    from ksearch.eval.parent import evaluator
+
+    note = "the baseline cache /x cannot be used (file is not a database); baselines are measured without it"
+
+    class Worker:
+        pid = 1
+
+        def alive(self):
+            return True
+
+        def request(self, kind, payload, timeout, startup_timeout):
+            return evaluator.Reply("ok", BaselineTimes("cpu", {}, "x", cache_note=note), "", 0)
+
+        def kill(self):
+            pass
+
+    said: list[str] = []
+    ev = evaluator.Evaluator(load_task(TASK), evaluator.EvalSettings(device="cpu"), notify=said.append)
+    ev._worker = Worker()
+    for _ in range(3):
+        assert ev.measure_baselines([]).cache_note == note       # every job's record keeps it
+    assert said == [note]
+
+
+def test_neither_the_judge_nor_a_candidates_side_names_the_cache():
+    """Only the baseline job reads or writes it: no module the judge or a candidate's process runs refers to it."""
+    root = Path(__file__).resolve().parents[1] / "ksearch" / "eval"
+    sides = [root / "trusted" / "judge.py", *sorted((root / "candidate").glob("*.py")),
+             *sorted((root / "isolation").glob("*.py"))]
+    assert [p.name for p in sides if "baseline_cache" in p.read_text()] == []

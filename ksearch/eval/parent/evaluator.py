@@ -121,6 +121,7 @@ class Evaluator:
         self.task_snapshot = take(task.name, task.dir)      # read once; every job is judged by these bytes
         self._worker: WorkerProcess | None = None
         self.workers_started = 0
+        self._cache_notes: set[str] = set()     # the baseline cache's warnings already said (once each)
 
     # ---- worker lifecycle ----------------------------------------------------------------------------
     @property
@@ -287,7 +288,8 @@ class Evaluator:
                               f"measuring the baselines on {len(workloads)} workloads")
         if reply.kind != "ok":
             raise RuntimeError(f"measuring the baselines failed ({reply.kind}): {reply.value}\n{reply.output[-2000:]}")
-        note = getattr(reply.value, "cache_note", "")       # the cache could not be used: say so, once per job
-        if note and self.notify is not None:
+        note = getattr(reply.value, "cache_note", "")       # the cache could not be used: say so (once)
+        if note and note not in self._cache_notes and self.notify is not None:
+            self._cache_notes.add(note)
             self.notify(note)
         return reply.value
