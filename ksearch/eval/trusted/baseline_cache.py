@@ -20,7 +20,8 @@ The key (`KeyMaker`) holds everything that decides the number:
 - the task: its name and the digest of the snapshot the judge reads (definition, task.yaml, reference,
   workload generator, baselines: ksearch.task.snapshot);
 - the workload (name, axes, params) and its input seed (from the run's seed);
-- the subject's name and its timing settings (warm-up calls, minimum rounds).
+- the subject's name and its timing settings (warm-up calls, minimum rounds; the L2 flush, the graph's length
+  and the steadiness target are code, in the digest above).
 Left out on purpose: the clock the score uses (every clock is timed and stored), the other variants asked
 for and whether the reference is timed too (each subject is checked and timed on its own), the run.
 Entries older than `eval.baseline_cache_max_age_h` (12 h) are misses: clocks, temperature and neighbours
@@ -34,7 +35,10 @@ anything a search learnt; and a damaged cache must never cost the knowledge stor
 Trust: only the trusted worker opens it (candidate code never runs there; the judge never consults it).
 A candidate's process cannot write it where the kernel confines its writes to its scratch folder (a
 read-only mount namespace, or Landlock: ksearch.eval.isolation.walls); on a machine where neither is
-available a candidate could forge entries, so there the cache is not used at all (`trusted_here`).
+available a candidate could forge entries, so there the cache is not used at all (`trusted_here`). What
+remains: entries are not signed (a key any process of this user could read would not help), so a file
+written on this machine by something other than ksearch's worker, or by a candidate of a run before the
+machine had walls, would be believed until it expires; `eval.baseline_cache=refresh` replaces it.
 
 Concurrency and damage, as the knowledge store learnt them: opening (switching to WAL, the schema) takes
 turns on an flock of a sidecar file, because two connections switching a fresh file to WAL at once deadlock
@@ -285,9 +289,6 @@ class CacheFile:
             db.executemany("INSERT OR REPLACE INTO timings (key, measured_at, task, workload, subject, device, "
                            "key_fields, timing) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
             db.execute("DELETE FROM timings WHERE measured_at < ?", (prune_before,))
-
-    def count(self) -> int:
-        return int(self._db.execute("SELECT COUNT(*) FROM timings").fetchone()[0])
 
     def close(self) -> None:
         self._db.close()
