@@ -27,7 +27,7 @@ gpu_env() {
   [ -f .gpu/activate.sh ] && source .gpu/activate.sh .gpu
   [ -f .gpu/fi_cache.tgz ] && mkdir -p ~/.cache && tar xzf .gpu/fi_cache.tgz -C ~/.cache 2>/dev/null
   export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-  BASELINE_CACHE=$(python3 -c "from ksearch.eval.trusted.baseline_cache import default_path; print(default_path())")
+  BASELINE_CACHE=$(python3 -c "from ksearch.eval.trusted.baseline_cache import default_path; print(default_path())" 2>/dev/null)
   if [ -f .gpu/baselines.sqlite ] && [ ! -f "$BASELINE_CACHE" ]; then
     mkdir -p "$(dirname "$BASELINE_CACHE")" && cp .gpu/baselines.sqlite "$BASELINE_CACHE"
   fi
