@@ -15,6 +15,12 @@ evaluation runs the Triton interpreter.
 Memory across runs (ksearch/knowledge): arms must not learn from each other, so by default every run has
 memory off; `--memory STORE` starts every arm from the same knowledge store (e.g. one an earlier run
 wrote) and lets none of them add to it.
+
+Baselines (ksearch/eval/trusted/baseline_cache.py): the arms of one seed are scored against one measurement
+of the baselines, the first arm's, kept in a cache file of this benchmark's own (OUT/baselines.sqlite, reused
+for as long as the benchmark takes, CPU included): the arms' scores share their denominator, and on the H200
+six of nine runs skip the ~45 s of timing FlashInfer. An `eval.baseline_cache...` override after `--` replaces
+this.
 """
 
 from __future__ import annotations
@@ -37,16 +43,30 @@ def memory_overrides(store: Path | None) -> list[str]:
     return [f"memory.path={store}", "memory.write=false"]
 
 
+#: the benchmark's own baselines stay good for its whole length (arms of a seed must share one measurement)
+ARMS_BASELINE_MAX_AGE_H = 24 * 30
+
+
+def baseline_overrides(out: Path, extra: list[str]) -> list[str]:
+    """Every arm reuses the baselines the first arm of its seed measured (see the module doc), unless the
+    overrides after `--` set the baseline cache themselves."""
+    if any(o.lstrip("+~").split("=", 1)[0].startswith("eval.baseline_cache") for o in extra):
+        return []
+    return ["eval.baseline_cache=on", f"eval.baseline_cache_path={out / 'baselines.sqlite'}",
+            f"eval.baseline_cache_max_age_h={ARMS_BASELINE_MAX_AGE_H}"]
+
+
 def run_arm(task: str, policy: str, seed: int, rounds: int, out: Path, extra: list[str],
             store: Path | None = None) -> Path:
     run_dir = out / task / f"{policy}_seed{seed}"
+    shared = [*memory_overrides(store), *baseline_overrides(out, extra), *extra]
     if (run_dir / "journal.jsonl").is_file():
         cmd = [sys.executable, "-m", "ksearch.cli.main", "resume", str(run_dir), f"search.max_rounds={rounds}",
-               "run.live=false", *memory_overrides(store), *extra]
+               "run.live=false", *shared]
     else:
         cmd = [sys.executable, "-m", "ksearch.cli.main", "run", f"task={task}", f"search.policy={policy}",
                f"run.seed={seed}", f"search.max_rounds={rounds}", f"run.dir={run_dir}", "run.live=false",
-               *memory_overrides(store), *extra]
+               *shared]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True)
     return run_dir

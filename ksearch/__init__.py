@@ -1,5 +1,6 @@
 """ksearch: world-model guided tree search for fast GPU kernels."""
 
+import os
 from importlib import metadata
 from pathlib import Path
 
@@ -20,3 +21,11 @@ def data_dir(name: str) -> Path:
     if (PROJECT_ROOT / "pyproject.toml").is_file() and checkout.is_dir():
         return checkout
     return PACKAGE_DIR / "_data" / name
+
+
+def cache_dir() -> Path:
+    """Where ksearch keeps what outlives a run on this machine (the knowledge store, the baseline cache):
+    $XDG_CACHE_HOME/ksearch (XDG: a relative value is ignored), else ~/.cache/ksearch."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".cache"
+    return root / "ksearch"

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from hydra.core.config_store import ConfigStore
 
 from ksearch.eval.report import Metric
+from ksearch.eval.trusted.baseline_cache import BaselineCacheMode
 
 #: A value's problem in words ("must be a positive integer"), or None when it is fine.
 Check = Callable[[Any], str | None]
@@ -224,6 +225,12 @@ class EvalConfig(Checked):
     #: (GPU) the advisory profile after timing: registers, spills, occupancy, launches, % of the limit, for the
     #: model's next step; unset or true: on, false: off (it never changes a verdict or a score)
     profile: bool | None = None
+    #: the baseline cache across runs (ksearch/eval/trusted/baseline_cache.py): auto (on for CUDA, off on a CPU)
+    #: | on | off | refresh (measure, and replace what it held); entries older than max_age_h are measured again
+    baseline_cache: BaselineCacheMode = BaselineCacheMode.auto
+    baseline_cache_max_age_h: float = setting(12.0, number(above=0))
+    #: its SQLite file (default: $XDG_CACHE_HOME/ksearch/baselines.sqlite, beside memory.path's default)
+    baseline_cache_path: str | None = setting(None, text(optional=True))
 
 
 @dataclass

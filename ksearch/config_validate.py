@@ -39,11 +39,19 @@ def solution_file(v: Any) -> str | None:
     return None
 
 
+def file_not_folder(v: Any) -> str | None:
+    """A file to create or use (not an existing folder), or None."""
+    if v is None or not Path(str(v)).expanduser().is_dir():
+        return None
+    return f"{Path(str(v)).expanduser()} is a folder; name a file in it, e.g. {Path(str(v)) / 'baselines.sqlite'}"
+
+
 RULES: dict[str, Check] = {
     "task.dataset_dir": existing("dir"),
     "task.dir": existing("dir"),
     "llm.replay": existing("dir"),
     "search.seed_solution": solution_file,
+    "eval.baseline_cache_path": file_not_folder,
 }
 
 # Settings checked elsewhere with their own messages (fork: app.fork_settings).

@@ -18,7 +18,11 @@
 #
 # Where .gpu (the offline bundle, ../shared/gpu/bundle.sh) is present it is activated. A FlashInfer JIT
 # cache from an earlier call (.gpu/fi_cache.tgz, carried with .gpu) is unpacked first and a fresh one is
-# written to LOGDIR/fi_cache.tgz, so later calls skip the ~20-30 s JIT build of each module.
+# written to LOGDIR/fi_cache.tgz, so later calls skip the ~20-30 s JIT build of each module. The baseline
+# cache works the same way (.gpu/baselines.sqlite in, LOGDIR/baselines.sqlite out; scripts/gpu_steps.sh):
+# within a call the runs share it, and a later call on the same GPU (UUID) within 12 h, with the same
+# versions and measurement code, skips the baselines it holds. Each run's summary line says per baseline set
+# whether it was measured or reused and how long it took.
 # SMOKE_STEPS="peaks run_gqa ..." runs a subset; SMOKE_ROUNDS changes the 6 rounds.
 # With every wall up (H200, 2026-12-05) a 3-round GQA run took 139 s (its baselines ~45 s, an evaluation ~10 s),
 # and the 72 `-m gpu` tests did not finish in 220 s, so the steps take three 10-minute device calls:
@@ -94,6 +98,7 @@ fi
 
 
 tar czf "$LOG/runs.tgz" -C $RUNS . 2>/dev/null
+save_baseline_cache "$LOG/baselines.sqlite"
 pack_logs
 if [ -d ~/.cache/flashinfer ]; then
   tar czf /tmp/fi_cache.tgz -C ~/.cache flashinfer 2>/dev/null &&

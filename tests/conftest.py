@@ -38,9 +38,24 @@ os.environ["XDG_CACHE_HOME"] = KNOWLEDGE_CACHE
 atexit.register(shutil.rmtree, KNOWLEDGE_CACHE, True)
 
 
+# The GPU tests share one baseline cache (ksearch/eval/trusted/baseline_cache.py) for the session: several
+# measure the same FlashInfer baselines with the same settings (GQA's feedback workloads), and a number the
+# session measured once is the same number again (failed baselines are never stored, so a failure still
+# shows in every test that meets it). CPU tests start without one, as they start without memory.
+BASELINE_CACHE_FILES = ("baselines.sqlite", "baselines.sqlite-wal", "baselines.sqlite-shm", "baselines.sqlite.lock")
+
+
 @pytest.fixture(autouse=True)
-def _empty_knowledge_store(monkeypatch):
-    shutil.rmtree(os.path.join(KNOWLEDGE_CACHE, "ksearch"), ignore_errors=True)
+def _empty_knowledge_store(monkeypatch, request):
+    folder = os.path.join(KNOWLEDGE_CACHE, "ksearch")
+    keep = BASELINE_CACHE_FILES if request.node.get_closest_marker("gpu") is not None else ()
+    for name in (os.listdir(folder) if os.path.isdir(folder) else []):
+        if name not in keep:
+            path = os.path.join(folder, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
     monkeypatch.setenv("XDG_CACHE_HOME", KNOWLEDGE_CACHE)
 
 

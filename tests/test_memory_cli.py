@@ -111,3 +111,6 @@ def test_policy_arms_runs_every_arm_from_the_same_memory(tmp_path):
     assert compose_config(arms.memory_overrides(None)).memory.enabled is False
     fixed = compose_config(arms.memory_overrides(tmp_path / "k.sqlite")).memory
     assert fixed.enabled and not fixed.write and fixed.path == str(tmp_path / "k.sqlite")
+    shared = compose_config(arms.baseline_overrides(tmp_path, [])).eval        # arms share one baseline measurement
+    assert shared.baseline_cache == "on" and shared.baseline_cache_path == str(tmp_path / "baselines.sqlite")
+    assert arms.baseline_overrides(tmp_path, ["eval.baseline_cache=off"]) == []

@@ -18,6 +18,7 @@ import pytest
 
 from ksearch.eval.isolation import walls
 from ksearch.eval.isolation.forkserver import ForkServer
+from ksearch.eval.trusted.baseline_cache import CacheFile, default_path
 
 SCRATCH_LIMIT = 16 << 20
 
@@ -40,6 +41,7 @@ def look_around(conn, payload: dict) -> None:
         "scratch": _try_write(os.path.join(os.getcwd(), "inside.txt")),
         "tmp": _try_write(payload["outside"]),
         "repo": _try_write(str(Path(payload["repo"]) / f"ksearch_walls_{uuid.uuid4().hex[:6]}.txt")),
+        "baseline_cache": _try_write(payload["baseline_cache"]),
         "core_pattern": _try_write("/proc/sys/kernel/core_pattern"),
         "cgroup": _try_write("/sys/fs/cgroup/ksearch_walls_probe"),
         "dev_null": _try_write("/dev/null"),
@@ -98,7 +100,9 @@ def _look(server, tmp_path, hidden=None):
     hidden.mkdir(exist_ok=True)
     (hidden / "task.yaml").write_text("correctness: {atol: 0.01}\n")
     outside = f"/tmp/ksearch_walls_outside_{tag}"
+    CacheFile(default_path()).close()           # the baseline cache the trusted worker keeps (in the tests' cache)
     payload = {"outside": outside, "repo": str(Path(__file__).resolve().parents[1]), "tag": tag,
+               "baseline_cache": str(default_path()),
                "hidden": str(hidden), "fill_mib": (SCRATCH_LIMIT >> 20) + 8}
     child = server.spawn("tests.test_walls:look_around", payload, tmp_path / "scratch", hidden=[str(hidden)])
     assert child.conn.poll(120), child.output()[0][-3000:]
@@ -120,7 +124,7 @@ def test_the_child_writes_only_its_scratch(server, tmp_path):
         assert report["scratch"] == "written" and report["dev_null"] == "written"
         assert report["cap_eff"] == 0 and report["no_new_privs"] == "1"
         if plan.mount or plan.landlock_abi:
-            for key in ("tmp", "repo", "core_pattern", "cgroup"):
+            for key in ("tmp", "repo", "core_pattern", "cgroup", "baseline_cache"):
                 assert report[key] != "written", (key, report)
             assert not os.path.exists(outside)
         if plan.seccomp:
@@ -137,7 +141,7 @@ def test_root_runs_it_as_nobody_in_a_read_only_world(server, tmp_path):
     report, _, _ = _look(server, tmp_path)
     if plan.uid is not None:
         assert (report["uid"], report["gid"]) == (walls.NOBODY, walls.NOBODY)
-    for key in ("tmp", "repo", "core_pattern", "cgroup"):
+    for key in ("tmp", "repo", "core_pattern", "cgroup", "baseline_cache"):
         assert report[key] in ("Read-only file system", "Permission denied"), (key, report)
 
 

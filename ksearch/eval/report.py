@@ -226,6 +226,18 @@ def best_of(variants: dict[str, dict[str, float]]) -> dict[str, float]:
 
 
 @dataclass
+class BaselineOrigin:
+    """Where one baseline number (a variant on a workload) came from: timed in the job that returned it, or
+    reused from the cache across runs (ksearch.eval.trusted.baseline_cache), timed earlier on this GPU."""
+
+    reused: bool = False
+    measured_at: float = 0.0        # when it was timed (epoch seconds)
+    device: str = ""                # the GPU's name (on a CPU, the CPU's model)
+    host: str = ""
+    key: str = ""                   # the cache entry it was stored under or read from ("": the cache was off)
+
+
+@dataclass
 class BaselineTimes:
     """Latency per workload for each baseline variant; `best` is the faster variant per workload."""
 
@@ -239,9 +251,32 @@ class BaselineTimes:
     metric: Metric = Metric.gpu_time    # which clock the variants' numbers are
     other: dict[str, dict[str, float]] = field(default_factory=dict)   # the other clock, for reports
     methods: dict[str, str] = field(default_factory=dict)              # variant -> timing method
+    # variant -> workload -> where its number came from (empty in records written before the baseline cache)
+    origins: dict[str, dict[str, BaselineOrigin]] = field(default_factory=dict)
+    cache_note: str = ""        # why the baseline cache could not be used, when it could not (a warning)
 
     def best(self) -> dict[str, float]:
         return best_of(self.variants)
+
+    def provenance(self) -> str:
+        """"" when every number was timed in its own job (or the record predates origins); else which were
+        reused from the baseline cache, from when and which device: "reused from 2026-12-05 14:03 on NVIDIA H200"."""
+        import time
+
+        every = [o for per in self.origins.values() for o in per.values()]
+        reused = [o for o in every if o.reused]
+        if not reused:
+            return ""
+        oldest = min(o.measured_at for o in reused)
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(oldest))
+        where = ", ".join(sorted({o.device for o in reused if o.device})) or "an unnamed device"
+        share = "" if len(reused) == len(every) else f"{len(reused)} of {len(every)} timings "
+        return f"{share}reused from {when} on {where}"
+
+    def described(self) -> str:
+        """The label, and where the numbers were reused from when they were (what reports print)."""
+        where = self.provenance()
+        return f"{self.label} ({where})" if where else self.label
 
     def best_spread(self) -> dict[str, float]:
         """The spread of the variant that is best on each workload (missing where not measured)."""
@@ -261,7 +296,31 @@ class BaselineTimes:
         d = _known(BaselineTimes, d)
         if "metric" in d:
             d["metric"] = _recorded(Metric, d["metric"])
-        return BaselineTimes(**d)
+        return BaselineTimes(**typed_origins(d))
+
+
+def typed_origins(d: dict[str, Any]) -> dict[str, Any]:
+    """`d` (a BaselineTimes' fields) with its recorded origins as BaselineOrigin; malformed ones are left out."""
+    raw = d.get("origins")
+    if raw is None:
+        return d
+    origins: dict[str, dict[str, BaselineOrigin]] = {}
+    for variant, per in (raw.items() if isinstance(raw, dict) else ()):
+        typed = {w: _origin(o) for w, o in per.items()} if isinstance(per, dict) else {}
+        origins[str(variant)] = {w: o for w, o in typed.items() if o is not None}
+    return {**d, "origins": origins}
+
+
+def _origin(o: Any) -> BaselineOrigin | None:
+    if isinstance(o, BaselineOrigin):
+        return o
+    if not isinstance(o, dict):
+        return None
+    try:
+        return BaselineOrigin(bool(o.get("reused", False)), float(o.get("measured_at", 0.0)),
+                              str(o.get("device", "")), str(o.get("host", "")), str(o.get("key", "")))
+    except (TypeError, ValueError):
+        return None
 
 
 def score_report(report: EvalReport, baseline: BaselineTimes) -> EvalReport:

@@ -65,9 +65,9 @@ class StoreError(RuntimeError):
 
 def default_path() -> Path:
     """$XDG_CACHE_HOME/ksearch/knowledge.sqlite (XDG: a relative value is ignored), else ~/.cache/..."""
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".cache"
-    return root / "ksearch" / "knowledge.sqlite"
+    from ksearch import cache_dir
+
+    return cache_dir() / "knowledge.sqlite"
 
 
 @dataclass(frozen=True)

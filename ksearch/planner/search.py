@@ -143,7 +143,7 @@ class Search:
                                   f"while writing) and was dropped; that step is redone")
         key = f"{t.device}:{t.workload_set}:{self.cfg.run.seed}"
         self.prompts.baseline = self.recorder.baseline(key, t.workloads)
-        self.progress.message(f"baseline: {self.prompts.baseline.label}")
+        self.progress.message(f"baseline: {self.prompts.baseline.described()}")
         memory = self.recorder.memory
         first_start = first if isinstance(first, R.RunStart) else start     # the run's name on every resume
         memory.begin(first_start, self.run_dir.path, t.device, t.workload_set, self.prompts.baseline.env)

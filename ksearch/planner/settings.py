@@ -16,7 +16,9 @@ from ksearch.config import Config, to_plain
 
 #: Settings sections that a resumed segment may change; the rest would change what recorded numbers mean.
 CHANGEABLE_SECTIONS = ("search", "llm")
-CHANGEABLE_EVAL_KEYS = ("timeout_s", "remeasure_near_ties", "pool", "ray_address", "profile")
+# (the baseline cache only decides whether a baseline not yet recorded is timed or reused: recorded ones stay)
+CHANGEABLE_EVAL_KEYS = ("timeout_s", "remeasure_near_ties", "pool", "ray_address", "profile", "baseline_cache",
+                        "baseline_cache_max_age_h", "baseline_cache_path")
 
 
 def settings_diff(old: Any, new: Any) -> dict[str, list[Any]]:

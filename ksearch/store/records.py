@@ -416,7 +416,9 @@ def report_from_json(d: dict[str, Any]) -> EvalReport:
 
 
 def baseline_from_json(d: dict[str, Any]) -> BaselineTimes | None:
+    from ksearch.eval.report import typed_origins
+
     d = _known(BaselineTimes, d)
     if not {"device", "variants", "label"} <= set(d):
         return None
-    return BaselineTimes(**d)
+    return BaselineTimes(**typed_origins(d))

@@ -85,7 +85,7 @@ def _header(h: RunHistory) -> str:
     rows = [("run", f"<code>{_e(h.run_dir)}</code> (started {when})"),
             ("device / workloads", f"{_e(h.device)} / {_e(h.workload_set)}"),
             ("model / policy / seed", f"{_e(h.model)} / {_e(h.policy)} / {_e(h.seed)}"),
-            ("baseline", _e(h.baseline.label if h.baseline else "not measured yet")),
+            ("baseline", _e(h.baseline.described() if h.baseline else "not measured yet")),
             ("status", _e(f"stopped: {h.stop_reason}" if h.ended else "not finished (in progress or killed)")),
             ("wall clock", _e(format_duration(h.wall_s)))]
     if fork:

@@ -57,7 +57,7 @@ def _header(h: RunHistory) -> str:
             f"- run: `{h.run_dir}` (started {when})\n{forked}"
             f"- device: {h.device}, workload set: {h.workload_set}\n"
             f"- model: {h.model}, policy: {h.policy}, seed: {h.seed}\n"
-            f"- baseline: {h.baseline.label if h.baseline else 'not measured yet'}\n"
+            f"- baseline: {h.baseline.described() if h.baseline else 'not measured yet'}\n"
             f"- {status}\n")
 
 

@@ -165,10 +165,13 @@ def _fold_line(prefix: str, hidden: list[NodeRow], width: int, under: str) -> Te
 
 
 def legend(history: RunHistory | None, width: int, best: BestManifest | None = None) -> Text:
-    """What the columns and marks mean, in two lines (three with a best)."""
-    against = history.baseline.label if history and history.baseline else "the baseline"
-    lines = [f"vs base: against {against}; vs par: against the parent's kernel (-: it has none)",
-             "pred->meas: predicted -> measured over the parent's kernel (family: over the baseline); ━ best path"]
+    """What the columns and marks mean, in two lines (three with a best; one more when the baseline was reused
+    from the baseline cache, so where it came from is not cut off)."""
+    against = history.baseline.described() if history and history.baseline else "the baseline"
+    parent = "vs par: against the parent's kernel (-: it has none)"
+    reused = bool(history and history.baseline and history.baseline.provenance())
+    lines = [f"vs base: against {against}", parent] if reused else [f"vs base: against {against}; {parent}"]
+    lines.append("pred->meas: predicted -> measured over the parent's kernel (family: over the baseline); ━ best path")
     if best is not None:
         lines.append(f"best/ holds the {best.describe()}: {best.score:.4g}x" if best.kind is BestKind.KERNEL else
                      f"best/ holds a shape dispatch ({best.score:.4g}x) over the kernels of the nodes marked +")

@@ -76,6 +76,11 @@ class EvalSettings:
     sandbox: bool = True        # audit hooks in each candidate's process
     floor_check: bool = True    # a latency below the workload's physical floor is INCORRECT_TIMING
     profile: bool = True        # (GPU) the judge's advisory profile pass after timing (eval.profile)
+    # the baseline cache across runs (ksearch.eval.trusted.baseline_cache): auto | on | off | refresh, the age
+    # after which an entry is measured again, and its file (None: $XDG_CACHE_HOME/ksearch/baselines.sqlite)
+    baseline_cache: str = "auto"
+    baseline_cache_max_age_h: float = 12.0
+    baseline_cache_path: str | None = None
 
     def __post_init__(self) -> None:
         self.metric = score_metric(self.device, self.metric)
@@ -116,6 +121,7 @@ class Evaluator:
         self.task_snapshot = take(task.name, task.dir)      # read once; every job is judged by these bytes
         self._worker: WorkerProcess | None = None
         self.workers_started = 0
+        self._cache_notes: set[str] = set()     # the baseline cache's warnings already said (once each)
 
     # ---- worker lifecycle ----------------------------------------------------------------------------
     @property
@@ -271,13 +277,19 @@ class Evaluator:
         return reports
 
     def measure_baselines(self, workloads: list[Workload], time_reference: bool = False) -> BaselineTimes:
+        from ksearch.eval.trusted.baseline_cache import BaselineCacheMode, CacheSettings
         from ksearch.eval.trusted.baselines import BaselineJob
 
         s = self.settings
-        job = BaselineJob(**self._job(workloads), time_reference=time_reference)
+        cache = CacheSettings(BaselineCacheMode(s.baseline_cache), s.baseline_cache_max_age_h, s.baseline_cache_path)
+        job = BaselineJob(**self._job(workloads), time_reference=time_reference, cache=cache)
         # FlashInfer JIT-compiles each module on first use (~30 s); allow for it.
         reply = self._request("baseline", job, max(s.timeout_s, 600.0),
                               f"measuring the baselines on {len(workloads)} workloads")
         if reply.kind != "ok":
             raise RuntimeError(f"measuring the baselines failed ({reply.kind}): {reply.value}\n{reply.output[-2000:]}")
+        note = getattr(reply.value, "cache_note", "")       # the cache could not be used: say so (once)
+        if note and note not in self._cache_notes and self.notify is not None:
+            self._cache_notes.add(note)
+            self.notify(note)
         return reply.value

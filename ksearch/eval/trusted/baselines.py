@@ -28,7 +28,8 @@ import torch
 
 from ksearch.eval.clocks import gputime
 from ksearch.eval.clocks.noise import noise_floor, relative_spread
-from ksearch.eval.report import BaselineTimes, Metric, TimingMethod
+from ksearch.eval.report import BaselineOrigin, BaselineTimes, Metric, TimingMethod
+from ksearch.eval.trusted.baseline_cache import BaselineCache, CacheKey, CacheSettings, KeyMaker, Timing, device_name
 from ksearch.eval.trusted.job import Job
 from ksearch.eval.trusted.rules import check_outputs, normalize_outputs
 from ksearch.task import Task, Workload, load_task
@@ -40,6 +41,7 @@ CPU_ROUND_MS = 10.0         # a CPU round: calls enough to last this long (time 
 CPU_MIN_ROUNDS = 8
 CPU_MAX_ROUNDS = 40
 CPU_BUDGET_S = 1.0          # per workload and variant, once CPU_MIN_ROUNDS rounds are in
+REFERENCE = "reference"     # the PyTorch reference: the CPU's baseline, and (bench) a column on a GPU
 
 _TASKS: dict[tuple[str, str | None], Task] = {}
 
@@ -48,6 +50,7 @@ _TASKS: dict[tuple[str, str | None], Task] = {}
 class BaselineJob(Job):
     variants: list[str] = field(default_factory=list)   # empty: all the task offers
     time_reference: bool = False                        # also time the PyTorch reference (bench)
+    cache: CacheSettings = field(default_factory=CacheSettings)     # the baseline cache across runs (default off)
 
 
 def get_task(name: str, root: str | None) -> Task:
@@ -139,54 +142,125 @@ def baseline_inputs(task: Task, w: Workload, seed: int, device: str) -> tuple[di
     return inputs, ref
 
 
-def measure_baselines(job: BaselineJob) -> BaselineTimes:
-    """Time the task's baselines (GPU) or its reference (CPU), each checked against the reference first."""
+def baseline_factories(task: Task, job: BaselineJob) -> dict[str, Callable[[dict[str, Any]], Callable[[], Any]]]:
+    """The variants to time: on a GPU the task's baselines (those the job asks for), on a CPU none."""
+    factories = task.baselines() if job.device.startswith("cuda") else {}
+    if job.variants:
+        factories = {k: v for k, v in factories.items() if k in job.variants}
+    return factories
+
+
+def _subject(name: str) -> str:
+    """A variant's name in the baseline cache's keys (the reference is "reference": a variant may not pose as it)."""
+    return name if name == REFERENCE else f"variant:{name}"
+
+
+class _Collected:
+    """What one job has per subject (a variant, or the reference): rounds per clock and workload, the method,
+    and where each number came from; what it timed is remembered for the cache."""
+
+    def __init__(self, cache: BaselineCache, env: dict[str, Any]):
+        self.cache = cache
+        self.device, self.host = device_name(env), str(env.get("host") or "")
+        self.clocks: dict[str, dict[Metric, dict[str, list[float]]]] = {}  # subject -> clock -> workload -> rounds
+        self.methods: dict[str, TimingMethod | str] = {}
+        self.origins: dict[str, dict[str, BaselineOrigin]] = {}
+        self.reused_envs: list[dict[str, Any]] = []
+        self.measured = 0
+
+    def reused(self, name: str, workload: str, key: CacheKey, t: Timing) -> dict[Metric, list[float]]:
+        self.reused_envs.append(t.env)
+        return self._add(name, workload, {Metric(c): r for c, r in t.rounds.items()}, t.method,
+                         BaselineOrigin(True, t.measured_at, t.device, t.host, key.short))
+
+    def timed(self, name: str, workload: str, key: CacheKey | None, rounds: dict[Metric, list[float]],
+              method: TimingMethod | str) -> dict[Metric, list[float]]:
+        self.measured += 1
+        now = self.cache.now()
+        if key is not None:
+            self.cache.remember(key, name, Timing({str(c): r for c, r in rounds.items()}, str(method), now,
+                                                  self.device, self.host))
+        return self._add(name, workload, rounds, method,
+                         BaselineOrigin(False, now, self.device, self.host, key.short if key else ""))
+
+    def _add(self, name: str, workload: str, rounds: dict[Metric, list[float]], method: TimingMethod | str,
+             origin: BaselineOrigin) -> dict[Metric, list[float]]:
+        for clock, r in rounds.items():
+            self.clocks.setdefault(name, {}).setdefault(clock, {})[workload] = r
+        self.methods[name] = method
+        self.origins.setdefault(name, {})[workload] = origin
+        return rounds
+
+
+def measure_baselines(job: BaselineJob, cache: BaselineCache | None = None) -> BaselineTimes:
+    """Time the task's baselines (GPU) or its reference (CPU), each checked against the reference first.
+    What the baseline cache holds under the same key is reused instead of timed (`cache`: by default as
+    `job.cache` asks, where this worker's candidates cannot write it)."""
     from ksearch.eval.clocks.environment import describe
+    from ksearch.eval.isolation import walls
+    from ksearch.task import snapshot
 
     task = get_task(job.task, job.tasks_root)
     names = task.definition.output_names
     on_gpu = job.device.startswith("cuda")
     if on_gpu and ":" in job.device:
         torch.cuda.set_device(torch.device(job.device))
-    factories = task.baselines() if on_gpu else {}
-    if job.variants:
-        factories = {k: v for k, v in factories.items() if k in job.variants}
-    clocks: dict[str, dict[Metric, dict[str, list[float]]]] = {}  # variant -> clock -> workload -> rounds
-    methods: dict[str, TimingMethod] = {}
+    if cache is None:
+        cache = BaselineCache.for_job(job.cache, job.device, walls.current())
+    env0 = describe(job.device)
+    keys = cache.key_maker(lambda: KeyMaker(env0, job.device, task.name, snapshot.take(task.name, task.dir).digest))
+    factories = baseline_factories(task, job)
+    got = _Collected(cache, env0)
     failures: dict[str, str] = {}
     c = task.correctness
     ref_rounds: dict[str, list[float]] = {}
+    time_ref = job.time_reference or not factories
+    # the reference: on a GPU a slow PyTorch program on large shapes, for information only (bench); on a CPU
+    # the baseline itself, cheap next to an interpreted kernel
+    ref_timing = (1, 1) if on_gpu else (2, max(3, job.trials))
     for w in job.workloads:
-        inputs, ref = baseline_inputs(task, w, job.run_seed, job.device)
-        for name, factory in factories.items():
-            if name in failures:
+        plan = {name: (job.warmup, job.trials) for name in factories if name not in failures}
+        if time_ref:
+            plan[REFERENCE] = ref_timing
+        seed = w.input_seed(job.run_seed)
+        key = {name: keys.key(w, seed, _subject(name), *t) for name, t in plan.items()} if keys else {}
+        hits = {name: t for name in key if (t := cache.lookup(key[name])) is not None}
+        inputs: dict[str, Any] = {}
+        ref: list[Any] = []
+        if len(hits) < len(plan):           # something to time: the inputs, and the reference's outputs
+            inputs, ref = baseline_inputs(task, w, job.run_seed, job.device)
+        for name in plan:
+            if name == REFERENCE:
+                continue
+            if name in hits:
+                got.reused(name, w.name, key[name], hits[name])
                 continue
             try:
-                call = factory(inputs)
-                got = normalize_outputs(call(), names)
+                call = factories[name](inputs)
+                out = normalize_outputs(call(), names)
                 gputime.sync(job.device)
-                check = check_outputs(got, ref, names, atol=c.atol, rtol=c.rtol,
+                check = check_outputs(out, ref, names, atol=c.atol, rtol=c.rtol,
                                       required_matched_ratio=c.required_matched_ratio, rule=c.rule)
                 if not check.passed:
                     raise RuntimeError(f"disagrees with the reference on {w.name}: {check.message}")
-                got_clocks, methods[name] = time_subject(call, job.device, job.warmup, job.trials)
-                for clock, rounds in got_clocks.items():
-                    clocks.setdefault(name, {}).setdefault(clock, {})[w.name] = rounds
+                rounds, method = time_subject(call, job.device, job.warmup, job.trials)
+                got.timed(name, w.name, key.get(name), rounds, method)
             except Exception as e:  # noqa: BLE001 - a failing baseline is recorded; the others still run
                 failures[name] = f"{type(e).__name__}: {e}"[:800]
-        if job.time_reference or not factories:
-            fn = task.reference
-            if on_gpu:      # a slow PyTorch program on large shapes, for information only (bench)
-                got_clocks, _ = time_subject(lambda: fn(**inputs), job.device, 1, 1)  # noqa: B023,F821 - run at once
-                ref_rounds[w.name] = got_clocks.get(Metric.gpu_time) or got_clocks[Metric.call_latency]
-            else:           # the CPU baseline: cheap next to an interpreted kernel
-                got_clocks, methods["reference"] = time_subject(lambda: fn(**inputs),  # noqa: B023,F821 - run at once
-                                                                job.device, 2, max(3, job.trials))
-                ref_rounds[w.name] = got_clocks[Metric.call_latency]
+        if time_ref:
+            if REFERENCE in hits:
+                rounds = got.reused(REFERENCE, w.name, key[REFERENCE], hits[REFERENCE])
+            else:
+                fn = task.reference
+                rounds, method = time_subject(lambda: fn(**inputs), job.device, *ref_timing)  # noqa: B023,F821 - run at once
+                rounds = got.timed(REFERENCE, w.name, key.get(REFERENCE), rounds, method)
+            ref_rounds[w.name] = (rounds.get(Metric.gpu_time) or rounds[Metric.call_latency]) if on_gpu \
+                else rounds[Metric.call_latency]
         del inputs, ref
     if on_gpu:      # the worker lives on beside the candidates' processes: give the cached blocks back
         torch.cuda.empty_cache()
     floor = noise_floor(job.device)
+    clocks = {k: v for k, v in got.clocks.items() if k != REFERENCE}
     complete = {k: v for k, v in clocks.items() if k not in failures
                 and all(len(t) == len(job.workloads) for t in v.values())}
     metric = job.metric
@@ -197,13 +271,17 @@ def measure_baselines(job: BaselineJob) -> BaselineTimes:
               if metric in v}
     other = {k: {w: med(r) for w, r in v[other_clock].items()} for k, v in complete.items() if other_clock in v}
     ref_times = {w: med(r) for w, r in ref_rounds.items()}
-    env = describe(job.device)
+    env = describe(job.device) if got.measured or not got.reused_envs else got.reused_envs[0]
+    cache.commit(env, set(failures))
+    cache.close()
     if variants:
         label = "FlashInfer best of " + ", ".join(variants) if any("flashinfer" in v for v in variants) \
             else "baseline best of " + ", ".join(variants)
+        origins = {k: v for k, v in got.origins.items() if k in variants or k == REFERENCE}
         return BaselineTimes(job.device, variants, label, failures, ref_times, spread, env, metric, other,
-                             {k: methods.get(k, "") for k in variants})
+                             {k: got.methods.get(k, "") for k in variants}, origins, cache.note)
     where = "GPU" if on_gpu else "CPU"
-    return BaselineTimes(job.device, {"reference": ref_times}, f"PyTorch reference ({where})", failures, ref_times,
-                         {"reference": {w: relative_spread(r, floor) for w, r in ref_rounds.items()}}, env,
-                         metric, {}, {"reference": methods.get("reference", "")})
+    return BaselineTimes(job.device, {REFERENCE: ref_times}, f"PyTorch reference ({where})", failures, ref_times,
+                         {REFERENCE: {w: relative_spread(r, floor) for w, r in ref_rounds.items()}}, env,
+                         metric, {}, {REFERENCE: got.methods.get(REFERENCE, "") if not on_gpu else ""},
+                         {REFERENCE: got.origins.get(REFERENCE, {})}, cache.note)
