@@ -50,7 +50,7 @@ step peaks 120 python3 scripts/peaks_check.py --json "$LOG/peaks.json"
 wanted peaks && sed -n '1,6p' "$LOG/peaks.log" | sed 's/^/      /'
 
 # The judge's own GPU tests first (the sandbox and the clock), then every other -m gpu test.
-step pytest ${SMOKE_PYTEST_LIMIT:-170} python3 -m pytest -q -m gpu -p no:cacheprovider \
+step pytest ${SMOKE_PYTEST_LIMIT:-170} python3 -m pytest -v -o console_output_style=times -m gpu -p no:cacheprovider \
   ${SMOKE_PYTEST_PATHS:-tests/adversarial tests/test_walls_gpu.py tests/test_forkserver_gpu.py tests}
 wanted pytest && tail -3 "$LOG/pytest.log" | sed 's/^/      /'
 
