@@ -96,6 +96,12 @@ if wanted selfcheck && [ -f "$LOG/selfcheck.json" ]; then
   summary "      $(cat "$LOG/selfcheck_verdict.log")"
 fi
 
+# A diagnosis, only when named (SMOKE_STEPS="... reveal_stages"): where a window's input generation slows in a
+# candidate's process (issue 21's clock gap), stage by stage (scripts/reveal_diagnose.py --stages).
+if [[ " ${STEPS:-} " == *" reveal_stages "* ]]; then
+  step reveal_stages 200 python3 scripts/reveal_diagnose.py --stages
+  sed 's/^/      /' "$LOG/reveal_stages.log" | tail -20
+fi
 
 tar czf "$LOG/runs.tgz" -C $RUNS . 2>/dev/null
 save_baseline_cache "$LOG/baselines.sqlite"
