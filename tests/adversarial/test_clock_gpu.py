@@ -52,7 +52,8 @@ def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale):
 @pytest.fixture(scope="module")
 def gpu_eval(task):
     ev = Evaluator(task, EvalSettings(device="cuda", timeout_s=600, warmup=3, trials=3,
-                                      check_trials=2, static_checks=False))
+                                      check_trials=2, static_checks=False,
+                                      profile=False))   # the advisory profile pass has its own GPU test
     yield ev
     ev.close()
 
