@@ -340,9 +340,12 @@ class Judge:
 
     # ---- steps ----------------------------------------------------------------------------------------------
     def start(self, c: _Cand, index: int) -> None:
+        """Spawn the candidate's process and load its source. The payload holds nothing derived from the nonce
+        (not even a module name): from the nonce and the task's public generator every input of the job
+        follows, and a candidate that knew it would compute its answers before the clock."""
         c.deadline = time.monotonic() + self.job.timeout_s
         payload = {"task": self.job.task, "tasks_root": self.job.tasks_root, "device": self.device,
-                   "source": c.source, "entry": self.job.entry, "name_hint": f"{self.nonce:x}_{index}",
+                   "source": c.source, "entry": self.job.entry, "name_hint": f"c{index}",
                    "sandbox": self.job.sandbox}
         c.child = self.spawner.spawn("ksearch.eval.candidate.harness:main", payload)
         c.sock = socket.socket(fileno=os.dup(c.child.conn.fileno()))

@@ -1,0 +1,63 @@
+"""A fourth set of attacks on the judge (session 11's red team), one test per class that got through.
+
+Each kernel below is written as an attacker who has read ksearch's source would write it. Every test failed
+before the change it guards and passes after it; together they take a few seconds of the adversarial suite.
+"""
+
+from __future__ import annotations
+
+from ksearch.eval.report import Status
+from tests.adversarial.kernels import ATTEND
+
+# ---- learning the inputs before the clock -----------------------------------------------------------------
+# Every input of a job follows from the judge's nonce and the task's public generator. This kernel looks for
+# the nonce in every name its process is given (its module name and file, its working folder, argv, the
+# environment), computes the answers for the first trials of tiny_b1_l7 for each guess at load, and then
+# answers only from that table: zeros wherever it failed to predict the inputs.
+PREDICTS_INPUTS = ATTEND + '''
+import hashlib
+import os
+import re
+import sys
+
+from ksearch.task.paged import paged_indices
+
+
+def _guesses():
+    names = [__name__, __file__, os.getcwd(), *sys.argv, *os.environ.values()]
+    for token in set(re.findall(r"[0-9a-f]{6,}|[0-9]{6,}", " ".join(names))):
+        yield int(token, 16)
+        if token.isdigit():
+            yield int(token)
+
+
+def _inputs(seed):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, 32, 128, generator=gen).to(torch.bfloat16)
+    k = torch.randn((16, 1, 4, 128), generator=gen).to(torch.bfloat16)
+    v = torch.randn((16, 1, 4, 128), generator=gen).to(torch.bfloat16)
+    indptr, indices = paged_indices([7], 16, torch.Generator().manual_seed(seed))
+    return q, k, v, indptr, indices, 1.0 / math.sqrt(128)
+
+
+_answers = {}
+for _nonce in _guesses():
+    for _trial in range(4):
+        _seed = int.from_bytes(hashlib.sha256(f"{_nonce}:tiny_b1_l7:{_trial}".encode()).digest()[:4], "little")
+        _args = _inputs(_seed)
+        _answers[_args[0].view(torch.int16).flatten()[:16].tolist().__repr__()] = _attend(*_args)
+
+
+def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale):
+    known = _answers.get(q.view(torch.int16).flatten()[:16].tolist().__repr__())
+    if known is None:
+        return torch.zeros_like(q), torch.zeros(q.shape[:2], dtype=torch.float32)
+    return known[0].clone(), known[1].clone()
+'''
+
+
+def test_the_candidates_process_cannot_learn_the_nonce(unchecked, workloads, baseline):
+    """Nothing the candidate's process is given names the nonce, so its answers cannot exist before the clock
+    (the module name held it in hex: this kernel passed at ~1 ms per call where the honest one takes 2-10)."""
+    r = unchecked.evaluate(PREDICTS_INPUTS, "predicts_inputs", workloads, baseline)
+    assert r.status == Status.INCORRECT_NUMERICAL, r.summary() + r.log[-1500:]
