@@ -8,9 +8,9 @@ fail only itself, never hang or swell the judge:
 - time: one deadline for the whole reply (header and every tensor frame), not for its first byte; a frame
   that is half sent when the deadline passes is a TimeoutError;
 - size: the header is at most MAX_HEADER_BYTES, and the tensors it announces together at most the limit
-  the judge set for this connection (`limit_replies`: the definition's output bytes for the workload, times
-  the input sets a reply may carry), else MAX_REPLY_BYTES; a frame longer than its tensor is refused before
-  anything is allocated for it;
+  the judge set for this connection (`limit_replies`; the judge sets none at all, from the moment it spawns
+  a candidate, since outputs travel through shared memory), else MAX_REPLY_BYTES; a frame longer than its
+  tensor is refused before anything is allocated for it;
 - shape: a header that is not JSON, nested too deep, or describes a tensor the judge cannot build is a
   WireError, as is any frame that does not match what the header announced.
 

@@ -6,7 +6,11 @@ before the change it guards and passes after it; together they take a few second
 
 from __future__ import annotations
 
+import time
+
+from ksearch.eval.parent.evaluator import Evaluator
 from ksearch.eval.report import Status
+from tests.adversarial.conftest import settings
 from tests.adversarial.kernels import ATTEND
 
 # ---- learning the inputs before the clock -----------------------------------------------------------------
@@ -61,3 +65,29 @@ def test_the_candidates_process_cannot_learn_the_nonce(unchecked, workloads, bas
     (the module name held it in hex: this kernel passed at ~1 ms per call where the honest one takes 2-10)."""
     r = unchecked.evaluate(PREDICTS_INPUTS, "predicts_inputs", workloads, baseline)
     assert r.status == Status.INCORRECT_NUMERICAL, r.summary() + r.log[-1500:]
+
+
+# ---- a judge that swells before it has set a limit ----------------------------------------------------------
+# At import, before the harness's own load reply: a reply announcing a 1 GiB tensor, then its frame's length.
+# A reader that allocates the frame before its bytes arrive holds the memory until the candidate's timeout.
+ANNOUNCES_AT_LOAD = '''
+import json, os, struct, time
+
+_header = json.dumps({"ok": True, "values": [{"kind": "tensor", "dtype": "uint8", "shape": [1 << 30]}]}).encode()
+os.write(3, struct.pack("!i", len(_header)) + _header + struct.pack("!i", 1 << 30) + bytes(4096))
+time.sleep(600)
+
+
+def run(*args):
+    raise RuntimeError("never called")
+'''
+
+
+def test_a_reply_announcing_tensors_at_load_is_refused_at_once(task, workloads, baseline):
+    """No reply carries tensors (outputs travel through shared memory), from the first one on: the announcement
+    is refused before anything is allocated for it. The judge held 1 GiB (up to 8) until the timeout before."""
+    with Evaluator(task, settings(timeout_s=8, static_checks=False)) as ev:
+        t0 = time.monotonic()
+        r = ev.evaluate(ANNOUNCES_AT_LOAD, "announces_at_load", workloads, baseline)
+        assert r.status == Status.INCORRECT_TAMPERING and "at most 0" in r.summary(), r.summary()
+        assert time.monotonic() - t0 < 6

@@ -348,6 +348,7 @@ class Judge:
                    "source": c.source, "entry": self.job.entry, "name_hint": f"c{index}",
                    "sandbox": self.job.sandbox}
         c.child = self.spawner.spawn("ksearch.eval.candidate.harness:main", payload)
+        wire.limit_replies(c.child.conn, 0)     # outputs come through shared memory: no reply carries a tensor
         c.sock = socket.socket(fileno=os.dup(c.child.conn.fileno()))
         try:
             header, _, _ = self._first_reply(c)
@@ -428,16 +429,6 @@ class Judge:
 
     def output_bytes(self, w: Workload) -> int:
         return self._bytes(self.task.definition.outputs, w)
-
-    def reply_budget(self, w: Workload) -> int | None:
-        """The most tensor bytes one reply may carry on `w`: every output of every timing set (None: unsized)."""
-        axes = {**self.task.definition.const_axes(), **w.axes}
-        try:
-            for spec in self.task.definition.outputs:
-                spec.concrete_shape(axes) if not spec.is_scalar else None
-        except (KeyError, ValueError, AttributeError):
-            return None
-        return self.output_bytes(w) * max(1, self.timing_sets(w))
 
     # ---- GPU timing ---------------------------------------------------------------------------------------
     def trusted(self, w: Workload) -> TrustedCosts:
@@ -714,7 +705,6 @@ class Judge:
                 for c in alive:
                     c.row(w.name)
                     c.prev_outputs = None
-                    wire.limit_replies(c.child.conn, self.reply_budget(w))
                 check_ms: dict[str, list[float]] = {c.sid: [] for c in alive}
                 for t in range(self.job.check_trials):
                     k = t % len(alive)
@@ -851,7 +841,6 @@ class Judge:
         notes: list[str] = []
         rows = []
         kernels_raw: Any = None
-        wire.limit_replies(c.child.conn, 0)         # a profile reply carries no tensors
         for w in self._profiled(c):
             header, why = self._advisory(c, {"op": "profile", "workload": w,
                                              "seed": w.input_seed(self.nonce, PROFILE_SEED)})
