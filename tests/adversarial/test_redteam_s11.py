@@ -6,10 +6,17 @@ before the change it guards and passes after it; together they take a few second
 
 from __future__ import annotations
 
+import os
+import socket
 import time
+from multiprocessing.connection import Connection
+from types import SimpleNamespace
+
+import pytest
 
 from ksearch.eval.parent.evaluator import Evaluator
-from ksearch.eval.report import Status
+from ksearch.eval.report import EvalReport, Status
+from ksearch.eval.trusted.judge import CandidateGone, Judge, _Cand
 from tests.adversarial.conftest import settings
 from tests.adversarial.kernels import ATTEND
 
@@ -91,3 +98,37 @@ def test_a_reply_announcing_tensors_at_load_is_refused_at_once(task, workloads, 
         r = ev.evaluate(ANNOUNCES_AT_LOAD, "announces_at_load", workloads, baseline)
         assert r.status == Status.INCORRECT_TAMPERING and "at most 0" in r.summary(), r.summary()
         assert time.monotonic() - t0 < 6
+
+
+# ---- a death taken for tampering ----------------------------------------------------------------------------
+def _judge_side_of(closed: bool, waiting: bytes = b""):
+    """A judge and a candidate record whose connection has `waiting` bytes and, when `closed`, no other end."""
+    ours, theirs = socket.socketpair()
+    if waiting:
+        theirs.sendall(waiting)
+    if closed:
+        theirs.close()
+    conn = Connection(ours.detach())
+    c = _Cand("x", "", EvalReport("x", Status.PASSED, "cpu"))
+    c.child = SimpleNamespace(conn=conn, refusal=lambda: None)
+    c.sock = socket.socket(fileno=os.dup(conn.fileno()))
+    return object.__new__(Judge), c, theirs
+
+
+@pytest.mark.parametrize("closed,waiting,status", [
+    (True, b"", Status.RUNTIME_ERROR),                   # died between two requests (a crash, the OOM killer)
+    (False, b"\x00\x00\x00\x02{}", Status.INCORRECT_TAMPERING),  # a reply sent ahead of its request
+    (True, b"\x00\x00\x00\x02{}", Status.INCORRECT_TAMPERING),   # ... and then gone
+])
+def test_a_process_that_died_between_requests_is_not_called_a_cheat(closed, waiting, status):
+    """A kernel that crashed after answering (a worker thread's abort, an asynchronous fault) was recorded as
+    INCORRECT_TAMPERING, "sent a message before the judge asked": the end of its connection read as a message."""
+    judge, c, theirs = _judge_side_of(closed, waiting)
+    try:
+        with pytest.raises(CandidateGone) as gone:
+            judge._no_unasked(c)
+        assert gone.value.status == status, gone.value.message
+    finally:
+        theirs.close()
+        c.child.conn.close()
+        c.sock.close()

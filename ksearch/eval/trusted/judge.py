@@ -199,12 +199,16 @@ class Judge:
         return max(0.0, c.deadline - time.monotonic())
 
     def _no_unasked(self, c: _Cand) -> None:
-        """Before every request: nothing may be waiting on the connection (a reply sent ahead)."""
+        """Before every request: nothing may be waiting on the connection (a reply sent ahead). A connection
+        that is readable only because it ended is a process that died between two requests, not a message."""
         try:
             waiting = c.child.conn.poll(0)
+            ended = waiting and c.sock is not None and _ended(c.sock)
         except (EOFError, OSError):
+            ended = True
+        if ended:
             c.died = True
-            raise self._died(c) from None
+            raise self._died(c)
         if waiting:
             raise CandidateGone(Status.INCORRECT_TAMPERING, UNASKED)
 
@@ -941,6 +945,14 @@ def window_note(window_ms: float, n: int, costs: TrustedCosts, per_call: float, 
         if parts:
             note += f" (inputs: make {parts[0]:.2f}, copy {parts[1]:.2f}, wait for the GPU {parts[2]:.2f})"
     return note
+
+
+def _ended(sock: socket.socket) -> bool:
+    """Whether the other end of `sock` has closed it with nothing left to read."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
 
 
 def _signal_groups(groups: list[int], sig: int) -> None:
