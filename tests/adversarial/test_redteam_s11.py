@@ -20,6 +20,16 @@ from ksearch.eval.trusted.judge import CandidateGone, Judge, _Cand
 from tests.adversarial.conftest import settings
 from tests.adversarial.kernels import ATTEND
 
+
+@pytest.fixture(scope="module")
+def plan():
+    """The walls this machine's fork servers build (some tests need one of them)."""
+    from ksearch.eval.isolation.forkserver import ForkServer
+
+    with ForkServer(interpret=True) as server:
+        return server.walls_plan
+
+
 # ---- learning the inputs before the clock -----------------------------------------------------------------
 # Every input of a job follows from the judge's nonce and the task's public generator. This kernel looks for
 # the nonce in every name its process is given (its module name and file, its working folder, argv, the
@@ -132,3 +142,42 @@ def test_a_process_that_died_between_requests_is_not_called_a_cheat(closed, wait
         theirs.close()
         c.child.conn.close()
         c.sock.close()
+
+
+# ---- leaving the process group the judge stops ---------------------------------------------------------------
+# While one kernel of a job is timed, the others' process groups are stopped. A process that leaves the
+# group (setsid, or a group of its own) keeps running: here, with native code, it burned the rival's CPU only
+# while its own parent was stopped, and a rival in a side-by-side re-measurement scored 0.10x instead of 0.48x.
+LEAVES_THE_GROUP = ATTEND + '''
+import os
+
+
+def _left():
+    pid = os.fork()                 # no audit hook here: what the kernel allows is the question
+    if pid == 0:
+        code = 0
+        for leave in (os.setsid, lambda: os.setpgid(0, 0)):
+            try:
+                leave()
+                code = 1
+            except OSError:
+                pass
+        os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 1
+
+
+_ESCAPED = _left()
+
+
+def run(*args):
+    if _ESCAPED:
+        raise RuntimeError("a process of this kernel left the process group the judge stops")
+    return _attend(*args)
+'''
+
+
+def test_no_process_of_a_candidate_leaves_the_group_the_judge_stops(bare, plan, workloads, baseline):
+    if not plan.seccomp:
+        pytest.skip(f"no seccomp filter here: {plan.describe()}")
+    r = bare.evaluate(LEAVES_THE_GROUP, "leaves_the_group", workloads, baseline)
+    assert r.status == Status.PASSED, r.summary() + r.log[-1500:]
