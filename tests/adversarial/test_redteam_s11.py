@@ -181,3 +181,45 @@ def test_no_process_of_a_candidate_leaves_the_group_the_judge_stops(bare, plan, 
         pytest.skip(f"no seccomp filter here: {plan.describe()}")
     r = bare.evaluate(LEAVES_THE_GROUP, "leaves_the_group", workloads, baseline)
     assert r.status == Status.PASSED, r.summary() + r.log[-1500:]
+
+
+# ---- System V objects: they belong to a namespace, not to a process ------------------------------------------
+SYSV_KEY = 0x6B5311A1
+LEAVES_SYSV_MEMORY = ATTEND + f'''
+import ctypes
+
+# Native code (no audit hook here) makes a System V shared-memory segment: it outlives the process that made it.
+_libc = ctypes.CDLL(None, use_errno=True)
+_made = _libc.shmget({SYSV_KEY}, 16 << 20, 0o1000 | 0o666)
+
+
+def run(*args):
+    return _attend(*args)
+'''
+
+
+def _sysv_segments(key: int) -> list[str]:
+    with open("/proc/sysvipc/shm") as f:
+        return [line for line in f.read().splitlines()[1:] if int(line.split()[0]) == key]
+
+
+def _remove_sysv_segments(key: int) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for line in _sysv_segments(key):
+        libc.shmctl(int(line.split()[1]), 0, None)      # IPC_RMID
+
+
+def test_system_v_memory_does_not_outlive_the_candidate(bare, plan, workloads, baseline):
+    """A 16 MiB segment stayed on the host after the evaluation (a channel to later candidates, memory never
+    given back): the candidate's IPC namespace is now its own, and goes with it."""
+    if not plan.mount:
+        pytest.skip(f"no mount namespace here: {plan.describe()}")
+    _remove_sysv_segments(SYSV_KEY)
+    try:
+        r = bare.evaluate(LEAVES_SYSV_MEMORY, "leaves_sysv_memory", workloads, baseline)
+        assert r.status == Status.PASSED, r.summary() + r.log[-1500:]
+        assert _sysv_segments(SYSV_KEY) == []
+    finally:
+        _remove_sysv_segments(SYSV_KEY)

@@ -18,6 +18,9 @@ candidate code is imported, in this order:
      place: Triton, CUDA and torch caches, TMPDIR and HOME point into it), and /dev/shm a private,
      size-limited tmpfs. Both disappear with the namespace: nothing a candidate writes outlives it, even
      when its worker is killed;
+   - an IPC namespace of its own: System V shared memory, semaphores and message queues belong to a
+     namespace, not to a process, and would otherwise stay on the host after the candidate is gone (a
+     channel to later candidates, host memory never given back);
 2. an unprivileged uid and gid (nobody), when that uid can read everything the candidate needs (probed
    once); else the candidate keeps uid 0 without any capability (which, with every mount read-only, still
    writes nothing outside its scratch);
@@ -59,6 +62,7 @@ SHM_BYTES = 256 << 20
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 1 << 14, 1 << 18
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWIPC = 0x08000000
 MOUNT_ATTR_RDONLY = 0x1
 AT_FDCWD, AT_RECURSIVE = -100, 0x8000
 _MOUNT_SETATTR = 442
@@ -89,7 +93,7 @@ class WallsPlan:
             parts.append(f"mount namespace ({'as root' if self.mount == 'root' else 'in a user namespace, no network'}): "
                          + ("read-only file system, " if self.read_only else "file system left writable, ")
                          + f"{self.scratch_bytes >> 20} MiB tmpfs scratch, private "
-                         f"/dev/shm, the task's files hidden" + (", private /proc" if self.private_proc else ""))
+                         f"/dev/shm and IPC, the task's files hidden" + (", private /proc" if self.private_proc else ""))
         elif self.private_proc:
             parts.append("private /proc")
         if self.uid is not None:
@@ -241,7 +245,7 @@ def _apply_veils(veils: dict[str, list[str]], make_dirs: list[str]) -> None:
 # ---------------------------------------------------------------------------------------------------------
 def _enter_user_namespace() -> None:
     uid, gid = os.getuid(), os.getgid()
-    reaper.unshare(CLONE_NEWUSER | reaper.CLONE_NEWNS | reaper.CLONE_NEWNET)
+    reaper.unshare(CLONE_NEWUSER | reaper.CLONE_NEWNS | reaper.CLONE_NEWNET | CLONE_NEWIPC)
     Path("/proc/self/setgroups").write_text("deny")
     Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
     Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
@@ -252,7 +256,7 @@ def _mounts(plan: WallsPlan, child: ChildWalls, uid: int, gid: int) -> None:
     if plan.mount == "userns":
         _enter_user_namespace()
     else:
-        reaper.unshare(reaper.CLONE_NEWNS)
+        reaper.unshare(reaper.CLONE_NEWNS | CLONE_NEWIPC)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)          # nothing we mount reaches the host
     if plan.uid is not None:
         _apply_veils(veils_for(list(plan.needed) + [scratch], plan.uid, plan.gid or plan.uid), [scratch])
