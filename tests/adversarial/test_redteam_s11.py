@@ -223,3 +223,25 @@ def test_system_v_memory_does_not_outlive_the_candidate(bare, plan, workloads, b
         assert _sysv_segments(SYSV_KEY) == []
     finally:
         _remove_sysv_segments(SYSV_KEY)
+
+
+# ---- the reference among the bytes pinned in the candidate's process -----------------------------------------
+# The task's files are read once by the judge and pinned, as bytes, in every process that builds the task: the
+# candidate's too, reference.py included. This kernel is the reference, compiled from those bytes.
+BORROWS_THE_REFERENCE = '''
+import sys
+
+_snapshot = vars(sys)["modules"]["ksearch.task.snapshot"]
+_source = next(s.text("reference.py") for s in vars(_snapshot)["_PINNED"].values())
+_namespace = {}
+exec(compile(_source, "<borrowed>", "exec"), _namespace)
+
+
+def run(*args):
+    return _namespace["run"](*args)
+'''
+
+
+def test_the_reference_is_not_among_the_bytes_the_candidate_holds(unchecked, workloads, baseline):
+    r = unchecked.evaluate(BORROWS_THE_REFERENCE, "borrows_the_reference", workloads, baseline)
+    assert r.status == Status.INCORRECT_TAMPERING and "reference" in r.summary(), r.summary() + r.log[-1500:]
