@@ -17,6 +17,7 @@ import pytest
 from ksearch.eval.parent.evaluator import Evaluator
 from ksearch.eval.report import EvalReport, Status
 from ksearch.eval.trusted.judge import CandidateGone, Judge, _Cand
+from tests.adversarial import kernels as k
 from tests.adversarial.conftest import settings
 from tests.adversarial.kernels import ATTEND
 
@@ -245,3 +246,63 @@ def run(*args):
 def test_the_reference_is_not_among_the_bytes_the_candidate_holds(unchecked, workloads, baseline):
     r = unchecked.evaluate(BORROWS_THE_REFERENCE, "borrows_the_reference", workloads, baseline)
     assert r.status == Status.INCORRECT_TAMPERING and "reference" in r.summary(), r.summary() + r.log[-1500:]
+
+
+# ---- host resources outside the address-space cap -------------------------------------------------------------
+# Pages of an anonymous file that is never mapped (plain Python: os.memfd_create has no audit event) count
+# against no RLIMIT_AS, and the OOM killer does not charge them to the process: it held 4 GiB under a 3 GiB cap,
+# and could have taken the host's memory for the OOM killer to end the judge. Threads with small stacks drew on
+# the host's 32768 PIDs without a limit.
+HOLDS_UNMAPPED_MEMORY = ATTEND + '''
+import os
+
+
+def run(*args):
+    fd = os.memfd_create("ballast")
+    for i in range(12):                          # 1.5 GiB, past this evaluator's 1 GiB cap
+        os.posix_fallocate(fd, i << 27, 1 << 27)
+    return _attend(*args)
+'''
+
+STARTS_5000_THREADS = ATTEND + '''
+import threading
+
+threading.stack_size(64 << 10)
+_hold = threading.Event()
+_started = 0
+try:
+    for _ in range(5000):
+        threading.Thread(target=_hold.wait, daemon=True).start()
+        _started += 1
+except RuntimeError:
+    pass
+
+
+def run(*args):
+    if _started == 5000:
+        raise RuntimeError("5000 threads: nothing limits the host PIDs a candidate holds")
+    return _attend(*args)
+'''
+
+
+def _control_groups(memory_bytes: int | None) -> None:
+    """Skip unless this machine lets the fork server give each candidate a control group with these limits."""
+    from ksearch.eval.isolation import cgroups
+
+    found, why = cgroups.probe(memory_bytes)
+    if found is None:
+        pytest.skip(why)
+
+
+def test_memory_a_candidate_holds_without_mapping_it_is_capped(task, workloads, baseline):
+    _control_groups(1 << 30)
+    with Evaluator(task, settings(static_checks=False, memory_limit_gb=1)) as ev:
+        r = ev.evaluate(HOLDS_UNMAPPED_MEMORY, "holds_unmapped_memory", workloads, baseline)
+        assert r.status == Status.RUNTIME_ERROR and "SIGKILL" in r.log, r.summary() + r.log[-1500:]
+        assert ev.evaluate(k.GOOD, "good_after_unmapped_memory", workloads, baseline).status == Status.PASSED
+
+
+def test_the_tasks_a_candidate_starts_are_capped(unchecked, workloads, baseline):
+    _control_groups(None)
+    r = unchecked.evaluate(STARTS_5000_THREADS, "starts_5000_threads", workloads, baseline)
+    assert r.status == Status.PASSED, r.summary() + r.log[-1500:]

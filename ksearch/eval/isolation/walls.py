@@ -27,7 +27,10 @@ candidate code is imported, in this order:
 3. no capabilities at all (bounding and ambient sets emptied), no_new_privs;
 4. Landlock (ksearch.eval.isolation.landlock): writes only in the scratch folder (and a private /dev/shm) and to
    device files; no TCP; no signals or abstract sockets outside its domain;
-5. a seccomp filter (ksearch.eval.isolation.seccomp): calls that only serve to leave the sandbox kill the process.
+5. a seccomp filter (ksearch.eval.isolation.seccomp): calls that only serve to leave the sandbox kill the process;
+6. a control group of its own (ksearch.eval.isolation.cgroups, made by the fork server and joined by the child
+   before any of this): the host memory it holds (mapped or not: memfd, tmpfs, System V) and its tasks are
+   counted and limited by the kernel.
 
 `probe()` decides once per fork server, in throwaway children, which of these this machine allows, and
 the fork server reports the result (`WallsPlan.describe()`: in the report's environment and the
@@ -85,6 +88,7 @@ class WallsPlan:
     read_only: bool = True              # with a mount namespace: every mount read-only but scratch and /dev/shm
     scratch_bytes: int = SCRATCH_BYTES
     shm_bytes: int = SHM_BYTES
+    cgroups: str = ""                   # the control group each candidate gets, described ("": none)
     notes: tuple[str, ...] = ()
 
     def describe(self) -> str:
@@ -106,6 +110,8 @@ class WallsPlan:
             parts.append(f"Landlock ABI {self.landlock_abi} (writes only in scratch)")
         if self.seccomp:
             parts.append("seccomp filter")
+        if self.cgroups:
+            parts.append(self.cgroups)
         text = "; ".join(parts) or "no kernel walls"
         return text + ("" if not self.notes else " [" + "; ".join(self.notes) + "]")
 
