@@ -306,3 +306,35 @@ def test_the_tasks_a_candidate_starts_are_capped(unchecked, workloads, baseline)
     _control_groups(None)
     r = unchecked.evaluate(STARTS_5000_THREADS, "starts_5000_threads", workloads, baseline)
     assert r.status == Status.PASSED, r.summary() + r.log[-1500:]
+
+
+# ---- inputs put back after the clock ------------------------------------------------------------------------
+# The call scribbles on an input and puts it back once the judge holds its outputs: the judge compared the
+# shared inputs only after the untimed `inspect` request, and the harness's inspect calls torch.equal, which
+# this kernel wraps to restore the input first. Its inputs were changed during the call, and it passed.
+RESTORES_INPUTS_LATE = ATTEND + '''
+_restore = []
+_equal = torch.equal
+
+
+def _equal_after_restoring(*args, **kwargs):
+    while _restore:
+        target, saved = _restore.pop()
+        target.copy_(saved)
+    return _equal(*args, **kwargs)
+
+
+torch.equal = _equal_after_restoring
+
+
+def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale):
+    result = _attend(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale)
+    _restore.append((k_cache, k_cache.clone()))
+    k_cache.zero_()                             # scratch space, put back "later"
+    return result
+'''
+
+
+def test_an_input_put_back_after_the_reply_still_counts_as_changed(unchecked, workloads, baseline):
+    r = unchecked.evaluate(RESTORES_INPUTS_LATE, "restores_inputs_late", workloads, baseline)
+    assert r.status == Status.INCORRECT_INPUT_MODIFIED and "k_cache" in r.summary(), r.summary() + r.log[-1500:]

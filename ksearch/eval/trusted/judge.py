@@ -237,12 +237,15 @@ class Judge:
         header, values = self._receive(c)
         return header, values, (time.perf_counter() - t0) * 1e3
 
-    def timed(self, c: _Cand, req: dict[str, Any], shared: exchange.SharedCall
-              ) -> tuple[dict[str, Any], list[torch.Tensor], float]:
+    def timed(self, c: _Cand, req: dict[str, Any], shared: exchange.SharedCall, inputs: dict[str, Any] | None = None
+              ) -> tuple[dict[str, Any], list[torch.Tensor], float, str | None]:
         """The judge's clock: from handing over the request and its shared memory to holding a copy of the
-        output slots. Returns (the reply's header, that copy, ms)."""
+        output slots. The candidate's process is stopped from its reply until the judge has also compared the
+        shared inputs with `inputs`: whatever it does after the clock cannot touch what the judge reads.
+        Returns (the reply's header, the outputs' copy, ms, the first input the call changed or None)."""
         self._no_unasked(c)
         frozen = self._freeze_others(c)
+        held: list[int] = []
         collecting = gc.isenabled()
         gc.disable()        # no collection pause of the judge's own inside its clock
         if self.on_gpu:
@@ -261,28 +264,36 @@ class Judge:
                 c.died = True
                 raise self._died(c) from None
             header, _ = self._receive(c)
+            held = self._groups([c])
+            _signal_groups(held, signal.SIGSTOP)
             outs = shared.take_outputs()
-            return header, outs, (time.perf_counter() - t0) * 1e3
+            ms = (time.perf_counter() - t0) * 1e3
+            return header, outs, ms, shared.changed_input(inputs) if inputs is not None else None
         finally:
             if collecting:
                 gc.enable()
-            _signal_groups(frozen, signal.SIGCONT)
+            _signal_groups(held + frozen, signal.SIGCONT)
 
     def _freeze_others(self, c: _Cand) -> list[int]:
         """While one candidate is timed, the others of the job are stopped (SIGSTOP to their process groups):
         a candidate's background threads cannot slow a rival's window. Returns the stopped groups."""
+        groups = self._groups([other for other in self.cands if other is not c])
+        _signal_groups(groups, signal.SIGSTOP)
+        return groups
+
+    @staticmethod
+    def _groups(cands: list[_Cand]) -> list[int]:
+        """The process groups of these candidates' processes (each leads its own; a shared group is never named)."""
         groups = []
-        for other in self.cands:
-            pid = getattr(other.child, "pid", None) if other is not c and other.child is not None else None
+        for c in cands:
+            pid = getattr(c.child, "pid", None) if c.child is not None else None
             if not pid:
                 continue
             try:
-                if os.getpgid(pid) != pid:          # not the leader of its own group: never stop a shared one
-                    continue
+                if os.getpgid(pid) == pid:
+                    groups.append(pid)
             except OSError:
                 continue
-            groups.append(pid)
-        _signal_groups(groups, signal.SIGSTOP)
         return groups
 
     def _died(self, c: _Cand) -> CandidateGone:
@@ -382,18 +393,16 @@ class Judge:
         header, _, _ = self.request(c, {"op": "ready", "output_bytes": layout.output_bytes})
         return self.expect_ok(c, header, w.name)
 
-    def inspect(self, c: _Cand, w: Workload, shared: exchange.SharedCall, inputs: dict[str, Any] | None) -> bool:
-        """Untimed, after the judge holds the outputs: the candidate's diagnosis of its own call (claims that
-        can only fail it), then the judge's own check that the shared inputs are as it wrote them."""
-        header, _, _ = self.request(c, {"op": "inspect"})
-        if not self.expect_ok(c, header, w.name):
-            return False
-        changed = shared.changed_input(inputs) if inputs is not None else None
+    def inspect(self, c: _Cand, w: Workload, changed: str | None) -> bool:
+        """Untimed, after the judge holds the outputs: the judge's own finding that the call changed a shared
+        input (`changed`, taken while the candidate stood still), then the candidate's diagnosis of its own call
+        (claims that can only fail it)."""
         if changed:
             c.fail(Status.INCORRECT_INPUT_MODIFIED, f"input {changed} changed during the call (inputs are read-only; "
                                                f"the call must leave them as it found them)", w.name)
             return False
-        return True
+        header, _, _ = self.request(c, {"op": "inspect"})
+        return self.expect_ok(c, header, w.name)
 
     def check(self, c: _Cand, w: Workload, trial: int) -> float | None:
         """One call on fresh inputs, verified; returns the judge's wall ms from the request to holding its outputs."""
@@ -407,8 +416,8 @@ class Judge:
         if self.on_gpu:     # the inputs are generated in the candidate's process from the seed revealed now
             req.update(workload=w, seed=seed)
         with exchange.SharedCall(layout, inputs) as shared:
-            header, outs, ms = self.timed(c, req, shared)
-            if not self.expect_ok(c, header, w.name) or not self.inspect(c, w, shared, inputs):
+            header, outs, ms, changed = self.timed(c, req, shared, inputs)
+            if not self.expect_ok(c, header, w.name) or not self.inspect(c, w, changed):
                 return None
         if not self.verify(c, w, outs, ref, f"check {trial + 1}"):
             return None
@@ -510,7 +519,7 @@ class Judge:
         flat = [r for ref in refs for r in ref]
         layout = exchange.plan(None, (), flat, self.names * n_sets)
         with exchange.SharedCall(layout) as shared:
-            header, outs, ms = self.timed(c, {"op": "window", "mode": mode, "seeds": seeds, "n": n,
+            header, outs, ms, _ = self.timed(c, {"op": "window", "mode": mode, "seeds": seeds, "n": n,
                                               "layout": layout}, shared)
         if not self.expect_ok(c, header, w.name):
             return None
