@@ -338,3 +338,18 @@ def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale):
 def test_an_input_put_back_after_the_reply_still_counts_as_changed(unchecked, workloads, baseline):
     r = unchecked.evaluate(RESTORES_INPUTS_LATE, "restores_inputs_late", workloads, baseline)
     assert r.status == Status.INCORRECT_INPUT_MODIFIED and "k_cache" in r.summary(), r.summary() + r.log[-1500:]
+
+
+# ---- text no file or terminal can write ---------------------------------------------------------------------
+# A lone UTF-16 surrogate in an exception message crosses the wire as a JSON escape; printed by `ksearch run`
+# it killed the search (UnicodeEncodeError), and again on every resume, since the journal keeps it.
+RAISES_LONE_SURROGATES = '''
+def run(*args):
+    raise ValueError("bad launch configuration \\ud800 \\udfff")
+'''
+
+
+def test_a_message_with_lone_surrogates_can_be_written_anywhere(unchecked, workloads, baseline):
+    r = unchecked.evaluate(RAISES_LONE_SURROGATES, "raises_lone_surrogates", workloads, baseline)
+    assert r.status == Status.RUNTIME_ERROR and "bad launch configuration ? ?" in r.summary(), r.summary()
+    (r.summary() + r.log).encode("utf-8")
