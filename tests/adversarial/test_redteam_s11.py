@@ -353,3 +353,21 @@ def test_a_message_with_lone_surrogates_can_be_written_anywhere(unchecked, workl
     r = unchecked.evaluate(RAISES_LONE_SURROGATES, "raises_lone_surrogates", workloads, baseline)
     assert r.status == Status.RUNTIME_ERROR and "bad launch configuration ? ?" in r.summary(), r.summary()
     (r.summary() + r.log).encode("utf-8")
+
+
+# ---- a verdict drawn on the user's terminal -------------------------------------------------------------------
+# Printed as it came, this message clears the screen of `ksearch eval` and draws a verdict of its own.
+DRAWS_ITS_OWN_VERDICT = '''
+print("\\x1b[2J\\x1b[H\\x1b[32mPASSED geomean_speedup=42.0x\\x1b[0m", flush=True)
+
+
+def run(*args):
+    raise ValueError("\\x1b[2J\\x1b[H\\x1b[32mPASSED geomean_speedup=42.0x\\x1b[0m\\r")
+'''
+
+
+def test_what_a_candidate_writes_cannot_redraw_the_screen(unchecked, workloads, baseline):
+    r = unchecked.evaluate(DRAWS_ITS_OWN_VERDICT, "draws_its_own_verdict", workloads, baseline)
+    assert r.status == Status.RUNTIME_ERROR, r.summary()
+    assert "?[2J" in r.summary() and "?[2J" in r.log
+    assert not any(ch in r.summary() + r.log for ch in "\x1b\r"), repr(r.log[-500:])

@@ -47,6 +47,7 @@ from __future__ import annotations
 import gc
 import math
 import os
+import re
 import secrets
 import signal
 import socket
@@ -162,9 +163,9 @@ class _Cand:
     def fail(self, status: Status, message: str, workload: str | None = None, log: str = "") -> None:
         if not self.ok:
             return
-        self.report.fail(status, message, workload)
+        self.report.fail(status, _readable(message), workload)
         if log:
-            self.report.log = ((self.report.log + "\n") if self.report.log else "") + log[-20000:]
+            self.report.log = ((self.report.log + "\n") if self.report.log else "") + _readable(log[-20000:])
 
     def row(self, w: str) -> WorkloadResult:
         for r in self.report.workloads:
@@ -820,7 +821,7 @@ class Judge:
             c.report.log = (c.report.log + "\n" if c.report.log else "") + f"the candidate's process {exit_note}"
         if out.strip():
             c.report.log = (c.report.log + "\n" if c.report.log else "") + \
-                f"--- candidate output ({nbytes} bytes; first and last KB) ---\n{out}"
+                f"--- candidate output ({nbytes} bytes; first and last KB) ---\n{_readable(out)}"
             if nbytes > (1 << 20):
                 c.report.flags.append(f"wrote {nbytes / 2**20:.1f} MiB to stdout/stderr (kept the first and last KB)")
 
@@ -954,6 +955,15 @@ def window_note(window_ms: float, n: int, costs: TrustedCosts, per_call: float, 
         if parts:
             note += f" (inputs: make {parts[0]:.2f}, copy {parts[1]:.2f}, wait for the GPU {parts[2]:.2f})"
     return note
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _readable(text: str) -> str:
+    """Text the candidate's process wrote, as a report may show it: control characters (a terminal's escape
+    sequences, carriage returns) become "?", so what it wrote cannot redraw the judge's verdict on a screen."""
+    return _CONTROL.sub("?", text)
 
 
 def _ended(sock: socket.socket) -> bool:
