@@ -371,3 +371,20 @@ def test_what_a_candidate_writes_cannot_redraw_the_screen(unchecked, workloads, 
     assert r.status == Status.RUNTIME_ERROR, r.summary()
     assert "?[2J" in r.summary() and "?[2J" in r.log
     assert not any(ch in r.summary() + r.log for ch in "\x1b\r"), repr(r.log[-500:])
+
+
+# ---- a source the search process cannot read ---------------------------------------------------------------
+# Hundreds of nested unary signs parse, and then overflow the static checks' recursive walk; hundreds of
+# thousands overflow the parser itself (MemoryError). Either killed the search process that read the
+# model's reply (and again on every resume, since the journal holds it).
+def _nested(depth: int) -> str:
+    return "x = " + "-" * depth + "1\n\n\ndef run(*args):\n    return x\n"
+
+
+def test_a_source_nested_too_deeply_is_refused_not_fatal(checked, workloads, baseline):
+    from ksearch.instantiate import CodeExtractionError, extract_code
+
+    r = checked.evaluate(_nested(600), "nested_600", workloads, baseline)
+    assert r.status == Status.COMPILE_ERROR and "too deeply" in r.log, r.summary()
+    with pytest.raises(CodeExtractionError, match="too deeply"):
+        extract_code("```python\n" + _nested(200_000) + "```\n")
