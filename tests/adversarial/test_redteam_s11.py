@@ -1,7 +1,8 @@
 """A fourth set of attacks on the judge (session 11's red team), one test per class that got through.
 
 Each kernel below is written as an attacker who has read ksearch's source would write it. Every test failed
-before the change it guards and passes after it; together they take a few seconds of the adversarial suite.
+before the change it guards and passes after it; together they add about 15 s to the adversarial suite
+(2 cores).
 """
 
 from __future__ import annotations
