@@ -145,45 +145,6 @@ def test_a_process_that_died_between_requests_is_not_called_a_cheat(closed, wait
         c.sock.close()
 
 
-# ---- leaving the process group the judge stops ---------------------------------------------------------------
-# While one kernel of a job is timed, the others' process groups are stopped. A process that leaves the
-# group (setsid, or a group of its own) keeps running: here, with native code, it burned the rival's CPU only
-# while its own parent was stopped, and a rival in a side-by-side re-measurement scored 0.10x instead of 0.48x.
-LEAVES_THE_GROUP = ATTEND + '''
-import os
-
-
-def _left():
-    pid = os.fork()                 # no audit hook here: what the kernel allows is the question
-    if pid == 0:
-        code = 0
-        for leave in (os.setsid, lambda: os.setpgid(0, 0)):
-            try:
-                leave()
-                code = 1
-            except OSError:
-                pass
-        os._exit(code)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 1
-
-
-_ESCAPED = _left()
-
-
-def run(*args):
-    if _ESCAPED:
-        raise RuntimeError("a process of this kernel left the process group the judge stops")
-    return _attend(*args)
-'''
-
-
-def test_no_process_of_a_candidate_leaves_the_group_the_judge_stops(bare, plan, workloads, baseline):
-    if not plan.seccomp:
-        pytest.skip(f"no seccomp filter here: {plan.describe()}")
-    r = bare.evaluate(LEAVES_THE_GROUP, "leaves_the_group", workloads, baseline)
-    assert r.status == Status.PASSED, r.summary() + r.log[-1500:]
-
-
 # ---- System V objects: they belong to a namespace, not to a process ------------------------------------------
 SYSV_KEY = 0x6B5311A1
 LEAVES_SYSV_MEMORY = ATTEND + f'''

@@ -15,9 +15,6 @@ What it does:
   whose flags it can) and io_uring (its operations would bypass this filter), and EACCES for
   perf_event_open and sockets other than AF_UNIX: libraries may probe these, so a refusal is an error
   they can handle rather than a death;
-- answers EPERM for setsid and setpgid: every process the candidate starts stays in the process group the
-  judge stops (SIGSTOP) while another candidate of the job is timed, so none can run during a rival's
-  window (the fork server made the candidate its group's leader before this filter);
 - kills a process whose calls come through another ABI (i386 or x32 on x86_64), where the numbers differ.
 
 Architectures: x86_64 and aarch64; elsewhere `supported()` is False and the walls say so.
@@ -62,8 +59,7 @@ _KILLED = {
 _X86_ONLY_KILLED = {"iopl": 172, "ioperm": 173, "uselib": 134}
 _ERRNO = {"clone3": ((435, 435), errno.ENOSYS), "io_uring_setup": ((425, 425), errno.ENOSYS),
           "io_uring_enter": ((426, 426), errno.ENOSYS), "io_uring_register": ((427, 427), errno.ENOSYS),
-          "perf_event_open": ((298, 241), errno.EACCES), "setsid": ((112, 157), errno.EPERM),
-          "setpgid": ((109, 154), errno.EPERM)}
+          "perf_event_open": ((298, 241), errno.EACCES)}
 _CLONE = (56, 220)
 _SOCKET = (41, 198)
 _ARCHES = {"x86_64": (0, 0xC000003E), "aarch64": (1, 0xC00000B7), "arm64": (1, 0xC00000B7)}
