@@ -257,6 +257,28 @@ def test_what_honest_code_does_still_works(server, tmp_path):
     assert child.wait(30) == 0 and "through /dev/stdout" in child.output()[0]
 
 
+def spawn_in_own_group(conn, payload) -> None:
+    """What ninja does for every compile step: posix_spawn with the child in a process group of its own."""
+    import shutil
+
+    true = shutil.which("true") or "/bin/true"
+    try:
+        pid = os.posix_spawn(true, [true], dict(os.environ), setpgroup=0)
+        conn.send(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    except OSError as e:
+        conn.send(e.strerror or str(e))
+
+
+def test_the_toolchain_may_put_its_steps_in_groups_of_their_own(server, tmp_path):
+    """A seccomp rule once refused setpgid (to keep a candidate's processes in the group the judge stops):
+    ninja then failed with "posix_spawn: Operation not permitted" in every walled child, so every CUDA
+    candidate's build would have failed on the GPU host."""
+    child = server.spawn("tests.test_walls:spawn_in_own_group", None, tmp_path / "scratch")
+    assert child.conn.poll(120), child.output()[0][-3000:]
+    assert child.conn.recv() == 0
+    assert child.wait(30) == 0
+
+
 def test_a_wall_that_stops_cuda_is_left_out_and_said(monkeypatch):
     """On the H200 the first walls failed every candidate (cudaGetDeviceCount error 304): the probe now
     checks CUDA inside the walls and drops what stops it, naming it in the plan's notes."""

@@ -8,11 +8,14 @@ fail only itself, never hang or swell the judge:
 - time: one deadline for the whole reply (header and every tensor frame), not for its first byte; a frame
   that is half sent when the deadline passes is a TimeoutError;
 - size: the header is at most MAX_HEADER_BYTES, and the tensors it announces together at most the limit
-  the judge set for this connection (`limit_replies`: the definition's output bytes for the workload, times
-  the input sets a reply may carry), else MAX_REPLY_BYTES; a frame longer than its tensor is refused before
-  anything is allocated for it;
+  the judge set for this connection (`limit_replies`; the judge sets none at all, from the moment it spawns
+  a candidate, since outputs travel through shared memory), else MAX_REPLY_BYTES; a frame longer than its
+  tensor is refused before anything is allocated for it;
 - shape: a header that is not JSON, nested too deep, or describes a tensor the judge cannot build is a
-  WireError, as is any frame that does not match what the header announced.
+  WireError, as is any frame that does not match what the header announced;
+- text: a string of the header holds only characters UTF-8 can write. JSON escapes can spell lone UTF-16
+  surrogates ("\\ud800"), which no file or terminal accepts: an exception message holding one made the search
+  process die printing the report (and again on every resume, from its journal). They become "?".
 
 The other direction (judge -> candidate) is ordinary pickling: the candidate may trust the judge.
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import select
 import struct
 import time
@@ -44,6 +48,7 @@ DTYPES: dict[str, torch.dtype] = {
 }
 _NAMES = {v: k for k, v in DTYPES.items()}
 _LIMIT_ATTR = "_ksearch_reply_limit"
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 class WireError(ValueError):
@@ -138,7 +143,10 @@ def _tensor_spec(spec: dict[str, Any]) -> tuple[torch.dtype, list[int], int]:
 
 def _header(raw: bytearray) -> dict[str, Any]:
     try:
-        header = json.loads(raw.decode())
+        text = raw.decode()
+        header = json.loads(text)
+        if _SURROGATE_ESCAPE.search(text):      # pairs were joined by json.loads; what is left alone becomes "?"
+            header = json.loads(json.dumps(header, ensure_ascii=False).encode("utf-8", "replace"))
     except (UnicodeDecodeError, ValueError, RecursionError, MemoryError) as e:
         raise WireError(f"unreadable message header ({type(e).__name__}: {str(e)[:200]})") from None
     if not isinstance(header, dict) or not isinstance(header.get("values", []), list):

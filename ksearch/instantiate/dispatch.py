@@ -26,7 +26,7 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
-from ksearch.instantiate.language import CUDA, language_of
+from ksearch.instantiate.language import CUDA, language_of, parse_python
 from ksearch.task.regions import RegionScheme
 
 DISPATCH_HEADER = "# ksearch-dispatch: "
@@ -180,7 +180,7 @@ def _import_key(node: ast.Import | ast.ImportFrom) -> list[tuple[str, str]]:
 def namespace_module(source: str, prefix: str) -> tuple[list[ast.Import | ast.ImportFrom], list[ast.stmt]]:
     """(import statements, the renamed rest of the body) of one kernel module."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except SyntaxError as e:
         raise DispatchError(f"a member does not parse: {e}") from None
     top = _top_level_names(tree)
@@ -264,7 +264,11 @@ def compose(members: list[Member], table: dict[tuple[int, ...], str], fallback: 
     import_lines: list[str] = []
     bodies: list[str] = []
     for i, m in enumerate(members):
-        imports, body = namespace_module(m.source, f"_k{i}_")
+        try:
+            imports, body = namespace_module(m.source, f"_k{i}_")
+            text = "\n\n".join(ast.unparse(n) for n in body)
+        except RecursionError:
+            raise DispatchError(f"member {m.solution_id} is nested too deeply to rewrite") from None
         for node in imports:
             for bound, what in _import_key(node):
                 if seen.setdefault(bound, what) != what:
@@ -272,8 +276,7 @@ def compose(members: list[Member], table: dict[tuple[int, ...], str], fallback: 
             line = ast.unparse(node)
             if line not in import_lines:
                 import_lines.append(line)
-        bodies.append(f"# ---- member {i}: solution {m.solution_id} " + "-" * 40 + "\n"
-                      + "\n\n".join(ast.unparse(n) for n in body))
+        bodies.append(f"# ---- member {i}: solution {m.solution_id} " + "-" * 40 + "\n" + text)
     index = {sid: i for i, sid in enumerate(ids)}
     features = [(f.num, f.den, tuple(float(e) for e in f.edges)) for f in scheme.features]
     shapes = {a: axis_sources[a] for a in scheme.axes_used()}

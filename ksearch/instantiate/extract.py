@@ -12,7 +12,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from ksearch.instantiate.language import CUDA, PYTHON, SOLUTION_FILE, fence_language, language_of
+from ksearch.instantiate.language import CUDA, PYTHON, SOLUTION_FILE, fence_language, language_of, parse_python
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 _OPEN_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n")
@@ -50,7 +50,7 @@ def extract_python(text: str, entry: str = "run") -> str:
     if re.search(r"\b0[xX][0-9a-fA-F]*\.[0-9a-fA-F]*[pP][+-]?\d+", code):
         raise CodeExtractionError("the code uses hex float literals (e.g. 0x1.8p3); write decimal floats instead")
     try:
-        tree = ast.parse(code)
+        tree = parse_python(code)
     except SyntaxError as e:
         raise CodeExtractionError(f"the code does not parse: line {e.lineno}: {e.msg}") from e
     if not any(isinstance(n, ast.FunctionDef) and n.name == entry for n in tree.body):

@@ -27,10 +27,22 @@ _CUDA_MARKERS = re.compile(r"^\s*#\s*include\s*[<\"]|__global__|\btorch::Tensor\
 _PYTHON_LINES = re.compile(r"^(def \w+\s*\(|import \w|from [\w.]+ import )", re.MULTILINE)
 
 
+def parse_python(source: str) -> ast.Module:
+    """`ast.parse` for a candidate's source: one nested too deeply for the parser (hundreds of thousands of
+    brackets or unary signs: MemoryError, RecursionError) is a SyntaxError like any other, never an error of
+    the search process that reads it."""
+    try:
+        return ast.parse(source)
+    except (RecursionError, MemoryError) as e:
+        error = SyntaxError(f"the source is nested too deeply to parse ({type(e).__name__})")
+        error.lineno = 1
+        raise error from None
+
+
 def language_of(source: str) -> str:
     """`cuda` for C++/CUDA text (includes, __global__, torch::Tensor), else `python`."""
     try:
-        ast.parse(source)
+        parse_python(source)
     except SyntaxError:
         if _PYTHON_LINES.search(source):
             return PYTHON

@@ -10,18 +10,29 @@ never open the folder again.
 
 A snapshot holds the folder's top-level files a judgement reads (definition.json, task.yaml and the task's
 Python modules: reference, workloads, roofline, baseline); the strategy catalog is the planner's and stays
-on disk.
+on disk. A candidate's process gets `for_candidate()`: the same files without the reference's source (a
+stand-in that refuses takes reference.py's place), since bytes pinned there are bytes the candidate reads.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 SNAPSHOT_FILES = ("definition.json", "task.yaml")
 MAX_FILE_BYTES = 16 << 20
+REFERENCE_STAND_IN = b'''"""The task's reference belongs to the judge: a candidate's process holds this stand-in."""
+
+
+def run(*args, **kwargs):
+    import sys
+
+    sys.audit("ksearch.task_reference", "stand-in")
+    raise PermissionError("the task's reference is the judge's: it is not in the candidate's process")
+'''
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,22 @@ class TaskSnapshot:
     def dir(self) -> Path:
         return Path(self.origin)
 
+    def for_candidate(self) -> TaskSnapshot:
+        """These files as a candidate's process may hold them: reference.py a stand-in that refuses, and no
+        reference source in definition.json."""
+        files = []
+        for name, data in self.files:
+            if name == "reference.py":
+                data = REFERENCE_STAND_IN
+            elif name == "definition.json":
+                doc = json.loads(data)
+                if isinstance(doc, dict) and "reference" in doc:
+                    data = json.dumps({k: v for k, v in doc.items() if k != "reference"}).encode()
+            files.append((name, data))
+        if not any(name == "reference.py" for name, _ in files):
+            files = sorted(files + [("reference.py", REFERENCE_STAND_IN)])
+        return TaskSnapshot(self.name, self.origin, tuple(files), _digest(files))
+
 
 _TAKEN: dict[str, TaskSnapshot] = {}
 _PINNED: dict[str, TaskSnapshot] = {}        # by origin folder
@@ -62,10 +89,14 @@ def _read_folder(name: str, folder: Path) -> TaskSnapshot:
         if len(data) > MAX_FILE_BYTES:
             raise ValueError(f"{path}: {len(data)} bytes; task files are at most {MAX_FILE_BYTES} bytes")
         files.append((path.name, data))
+    return TaskSnapshot(name, str(folder), tuple(files), _digest(files))
+
+
+def _digest(files: list[tuple[str, bytes]]) -> str:
     digest = hashlib.sha256()
     for fname, data in files:
         digest.update(fname.encode() + b"\0" + hashlib.sha256(data).digest())
-    return TaskSnapshot(name, str(folder), tuple(files), digest.hexdigest()[:16])
+    return digest.hexdigest()[:16]
 
 
 def take(name: str, task_dir: str | Path) -> TaskSnapshot:

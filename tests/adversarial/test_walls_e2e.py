@@ -29,8 +29,9 @@ FAILED = {Status.INCORRECT_TAMPERING, Status.INCORRECT_NUMERICAL, Status.RUNTIME
 @pytest.fixture(scope="module")
 def plan():
     from ksearch.eval.isolation.forkserver import ForkServer
+    from ksearch.eval.trusted.memory import default_cpu_limit_bytes
 
-    with ForkServer(interpret=True) as s:
+    with ForkServer(interpret=True, memory_limit_bytes=default_cpu_limit_bytes()) as s:   # as the evaluators'
         return s.walls_plan
 
 

@@ -82,12 +82,12 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ksearch.eval.isolation import reaper
+from ksearch.eval.isolation import cgroups, reaper
 from ksearch.eval.parent.worker_handle import OutputCapture, describe_exit
 
 AUDIT_PREFIX = "ksearch-audit: refused"
@@ -472,15 +472,17 @@ class _Record:
     pid: int
     init: int | None            # the namespace's init (namespaces mode)
     status: int | None = None   # the child's exit code once reaped
+    groups: tuple[str, ...] = ()    # its control groups (ksearch.eval.isolation.cgroups), removed once it is gone
 
 
 class Zygote:
     """The fork server's loop: imports done, no threads of its own, forks on request, reaps, reports."""
 
     def __init__(self, sock: socket.socket, isolation: str, private_proc: bool = False, drop_caps: bool = True,
-                 walls_plan: Any = None):
+                 walls_plan: Any = None, cgroup_plan: Any = None):
         self.sock = sock
         self.walls_plan = walls_plan
+        self.cgroup_plan = cgroup_plan
         self.drop_caps = drop_caps
         self.isolation = isolation
         self.private_proc = private_proc
@@ -538,19 +540,23 @@ class Zygote:
         conn_fd, out_fd = fds
         for fd in fds:
             os.set_inheritable(fd, False)     # an exec'd init must not hold the child's pipe or socket
-        spec = (target, scratch, env, audit, hidden, seeds)
+        groups: tuple[str, ...] = ()
         try:
+            if self.cgroup_plan is not None:
+                groups = cgroups.make(self.cgroup_plan, f"{cgroups.PREFIX}{self.me}_c{cid}")
+            spec = (target, scratch, env, audit, hidden, seeds, groups)
             if self.isolation == "namespaces":
                 pid, init = self._fork_in_namespaces(conn_fd, out_fd, spec)
             else:
                 pid, init = self._fork(conn_fd, out_fd, spec), None
         except Exception as e:  # noqa: BLE001 - any failure to fork is this child's failure, reported to the parent
+            cgroups.remove(groups)
             self.send(("failed", cid, f"{type(e).__name__}: {e}"))
             return
         finally:
             os.close(conn_fd)
             os.close(out_fd)
-        rec = _Record(cid, pid, init)
+        rec = _Record(cid, pid, init, groups=groups)
         self.records[cid] = rec
         self.by_pid[pid] = rec
         if init is not None:
@@ -629,6 +635,7 @@ class Zygote:
             return
         if rec.pid not in self.by_pid and rec.status is not None and rec.cid in self.records:
             self.records.pop(rec.cid)
+            cgroups.remove(rec.groups)
             self.send(("exited", rec.cid, rec.status))
 
     def _sweep(self) -> None:
@@ -673,7 +680,8 @@ def _child_main(conn_fd: int, out_fd: int, spec: tuple[Any, ...], zygote: int, n
         if not new_pid_ns and os.getppid() != zygote:
             os._exit(71)                  # the zygote died before we asked to die with it
         os.setsid()
-        target, scratch, env, audit, hidden, seeds = spec
+        target, scratch, env, audit, hidden, seeds, groups = spec
+        cgroups.join(groups)              # first: every process the child starts is counted there too
         if walls_plan is not None:        # probed at start: a failure here fails the child, never silently
             from ksearch.eval.isolation import walls
             walls.apply(walls_plan, walls.ChildWalls(scratch, tuple(hidden), tuple(seeds)))
@@ -787,7 +795,7 @@ def zygote_main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         _preload(config)
         import_s = time.perf_counter() - t0
-        plan = None
+        plan, cgroup_plan = None, None
         if config.get("walls", True):
             # Probed after the imports, so that each probe child is what a candidate will be: forked from
             # this process as it serves (it starts CUDA where there is a GPU; this process never does).
@@ -798,6 +806,11 @@ def zygote_main(argv: list[str] | None = None) -> None:
             if plan.seccomp:
                 from ksearch.eval.isolation import seccomp
                 seccomp.build()           # assembled once here; every child inherits it
+            cgroup_plan, why = cgroups.probe(config.get("memory_limit") if config.get("interpret") else None)
+            if cgroup_plan is not None:
+                cgroups.remove_stale(cgroup_plan, reaper.alive)
+            plan = replace(plan, cgroups=cgroup_plan.describe() if cgroup_plan else "",
+                           notes=plan.notes + ((why,) if why else ()))
         threads = len(os.listdir("/proc/self/task"))
         sock.send(pickle.dumps(("ready", {"isolation": isolation, "note": note, "threads": threads,
                                           "import_s": import_s,
@@ -809,7 +822,7 @@ def zygote_main(argv: list[str] | None = None) -> None:
         except OSError:
             pass
         os._exit(3)
-    Zygote(sock, isolation, private_proc, bool(config.get("drop_capabilities", True)), plan).serve()
+    Zygote(sock, isolation, private_proc, bool(config.get("drop_capabilities", True)), plan, cgroup_plan).serve()
     os._exit(0)
 
 

@@ -8,7 +8,8 @@ costs milliseconds rather than an interpreter start. The candidate's harness ins
 itself, after it has built the task (ksearch.eval.candidate.harness), so the fork server is asked for none.
 
 The task: the worker pinned the evaluator's snapshot of the task's files (ksearch.task.snapshot); every
-child gets the same snapshot and builds the task from it, and its mount namespace covers the task's folder
+child gets the same snapshot, less the reference's source, and builds the task from it, and its mount
+namespace covers the task's folder
 (the whole tasks root where that hides nothing the candidate needs), so the candidate neither reads nor
 changes what it is judged by.
 
@@ -146,8 +147,8 @@ class CandidateSpawner:
         scratch.mkdir(parents=True, exist_ok=True)
         snap = snapshot.pinned_named(str(payload.get("task", "")))
         payload = dict(payload, scratch=str(scratch))
-        child = self.server.spawn(target, payload, scratch, tasks=[snap] if snap is not None else None,
-                                  hidden=self.hidden_for(snap),
+        tasks = [snap.for_candidate()] if snap is not None else None
+        child = self.server.spawn(target, payload, scratch, tasks=tasks, hidden=self.hidden_for(snap),
                                   seeds={"triton": str(self.seed_cache)} if self.seed_cache is not None else None)
         return SpawnedCandidate(child, scratch)
 

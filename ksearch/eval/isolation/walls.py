@@ -18,13 +18,19 @@ candidate code is imported, in this order:
      place: Triton, CUDA and torch caches, TMPDIR and HOME point into it), and /dev/shm a private,
      size-limited tmpfs. Both disappear with the namespace: nothing a candidate writes outlives it, even
      when its worker is killed;
+   - an IPC namespace of its own: System V shared memory, semaphores and message queues belong to a
+     namespace, not to a process, and would otherwise stay on the host after the candidate is gone (a
+     channel to later candidates, host memory never given back);
 2. an unprivileged uid and gid (nobody), when that uid can read everything the candidate needs (probed
    once); else the candidate keeps uid 0 without any capability (which, with every mount read-only, still
    writes nothing outside its scratch);
 3. no capabilities at all (bounding and ambient sets emptied), no_new_privs;
 4. Landlock (ksearch.eval.isolation.landlock): writes only in the scratch folder (and a private /dev/shm) and to
    device files; no TCP; no signals or abstract sockets outside its domain;
-5. a seccomp filter (ksearch.eval.isolation.seccomp): calls that only serve to leave the sandbox kill the process.
+5. a seccomp filter (ksearch.eval.isolation.seccomp): calls that only serve to leave the sandbox kill the process;
+6. a control group of its own (ksearch.eval.isolation.cgroups, made by the fork server and joined by the child
+   before any of this): the host memory it holds (mapped or not: memfd, tmpfs, System V) and its tasks are
+   counted and limited by the kernel.
 
 `probe()` decides once per fork server, in throwaway children, which of these this machine allows, and
 the fork server reports the result (`WallsPlan.describe()`: in the report's environment and the
@@ -59,6 +65,7 @@ SHM_BYTES = 256 << 20
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 1 << 14, 1 << 18
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWIPC = 0x08000000
 MOUNT_ATTR_RDONLY = 0x1
 AT_FDCWD, AT_RECURSIVE = -100, 0x8000
 _MOUNT_SETATTR = 442
@@ -81,6 +88,7 @@ class WallsPlan:
     read_only: bool = True              # with a mount namespace: every mount read-only but scratch and /dev/shm
     scratch_bytes: int = SCRATCH_BYTES
     shm_bytes: int = SHM_BYTES
+    cgroups: str = ""                   # the control group each candidate gets, described ("": none)
     notes: tuple[str, ...] = ()
 
     def describe(self) -> str:
@@ -89,7 +97,7 @@ class WallsPlan:
             parts.append(f"mount namespace ({'as root' if self.mount == 'root' else 'in a user namespace, no network'}): "
                          + ("read-only file system, " if self.read_only else "file system left writable, ")
                          + f"{self.scratch_bytes >> 20} MiB tmpfs scratch, private "
-                         f"/dev/shm, the task's files hidden" + (", private /proc" if self.private_proc else ""))
+                         f"/dev/shm and IPC, the task's files hidden" + (", private /proc" if self.private_proc else ""))
         elif self.private_proc:
             parts.append("private /proc")
         if self.uid is not None:
@@ -102,6 +110,8 @@ class WallsPlan:
             parts.append(f"Landlock ABI {self.landlock_abi} (writes only in scratch)")
         if self.seccomp:
             parts.append("seccomp filter")
+        if self.cgroups:
+            parts.append(self.cgroups)
         text = "; ".join(parts) or "no kernel walls"
         return text + ("" if not self.notes else " [" + "; ".join(self.notes) + "]")
 
@@ -241,7 +251,7 @@ def _apply_veils(veils: dict[str, list[str]], make_dirs: list[str]) -> None:
 # ---------------------------------------------------------------------------------------------------------
 def _enter_user_namespace() -> None:
     uid, gid = os.getuid(), os.getgid()
-    reaper.unshare(CLONE_NEWUSER | reaper.CLONE_NEWNS | reaper.CLONE_NEWNET)
+    reaper.unshare(CLONE_NEWUSER | reaper.CLONE_NEWNS | reaper.CLONE_NEWNET | CLONE_NEWIPC)
     Path("/proc/self/setgroups").write_text("deny")
     Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
     Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
@@ -252,7 +262,7 @@ def _mounts(plan: WallsPlan, child: ChildWalls, uid: int, gid: int) -> None:
     if plan.mount == "userns":
         _enter_user_namespace()
     else:
-        reaper.unshare(reaper.CLONE_NEWNS)
+        reaper.unshare(reaper.CLONE_NEWNS | CLONE_NEWIPC)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)          # nothing we mount reaches the host
     if plan.uid is not None:
         _apply_veils(veils_for(list(plan.needed) + [scratch], plan.uid, plan.gid or plan.uid), [scratch])

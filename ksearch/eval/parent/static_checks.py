@@ -82,7 +82,7 @@ FORBIDDEN_DUNDERS = {
 class Violation:
     line: int
     col: int
-    rule: str          # import | builtin | attribute | monkeypatch | dynamic | forbidden_call
+    rule: str          # import | builtin | attribute | monkeypatch | dynamic | forbidden_call | nesting
     message: str
 
     def __str__(self) -> str:
@@ -287,11 +287,22 @@ def _bound_names(tree: ast.AST) -> set[str]:
 
 def check_source(source: str, config: StaticCheckConfig | None = None) -> list[Violation]:
     """Every refusal in a Python source, in line order. A source that does not parse yields none (the
-    loader reports the syntax error as COMPILE_ERROR)."""
+    loader reports the syntax error as COMPILE_ERROR); one that parses but nests too deeply for the checks
+    to walk is refused as a whole: what they cannot read they cannot let through."""
+    from ksearch.instantiate.language import parse_python
+
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except SyntaxError:
         return []
+    try:
+        return _violations(tree, config)
+    except RecursionError:
+        return [Violation(1, 0, "nesting", "the source nests expressions too deeply for the static checks to read "
+                                           "it; write it flatter")]
+
+
+def _violations(tree: ast.Module, config: StaticCheckConfig | None) -> list[Violation]:
     checker = _Checker(config or StaticCheckConfig())
     checker.bound = _bound_names(tree)
     # Imports first so aliases are known wherever they are used (an import may follow its first use).

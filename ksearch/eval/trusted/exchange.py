@@ -8,7 +8,8 @@ file's descriptor (SCM_RIGHTS). Until that moment the memory exists in no proces
 nothing to read early, no hook that could see it, no file name to open. The candidate maps it, calls the
 kernel, copies the outputs into the slots and answers; the judge copies the slots out (its clock stops
 there) and verifies that copy. A reply sent early, or by a thread before the work is done, finds NaN; an
-input the call changed is seen by comparing the input slots with the judge's own copy.
+input the call changed is seen by comparing the input slots with the judge's own copy, while the candidate's
+process stands still (ksearch.eval.trusted.judge stops it from its reply until that comparison is done).
 
 Layout: every tensor is contiguous at a 64-byte aligned offset (dtype and shape are in the `Layout`, which
 travels pickled in the request: the judge -> candidate direction is trusted); scalar inputs travel in the

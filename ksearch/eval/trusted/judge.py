@@ -47,6 +47,7 @@ from __future__ import annotations
 import gc
 import math
 import os
+import re
 import secrets
 import signal
 import socket
@@ -162,9 +163,9 @@ class _Cand:
     def fail(self, status: Status, message: str, workload: str | None = None, log: str = "") -> None:
         if not self.ok:
             return
-        self.report.fail(status, message, workload)
+        self.report.fail(status, _readable(message), workload)
         if log:
-            self.report.log = ((self.report.log + "\n") if self.report.log else "") + log[-20000:]
+            self.report.log = ((self.report.log + "\n") if self.report.log else "") + _readable(log[-20000:])
 
     def row(self, w: str) -> WorkloadResult:
         for r in self.report.workloads:
@@ -199,12 +200,16 @@ class Judge:
         return max(0.0, c.deadline - time.monotonic())
 
     def _no_unasked(self, c: _Cand) -> None:
-        """Before every request: nothing may be waiting on the connection (a reply sent ahead)."""
+        """Before every request: nothing may be waiting on the connection (a reply sent ahead). A connection
+        that is readable only because it ended is a process that died between two requests, not a message."""
         try:
             waiting = c.child.conn.poll(0)
+            ended = waiting and c.sock is not None and _ended(c.sock)
         except (EOFError, OSError):
+            ended = True
+        if ended:
             c.died = True
-            raise self._died(c) from None
+            raise self._died(c)
         if waiting:
             raise CandidateGone(Status.INCORRECT_TAMPERING, UNASKED)
 
@@ -233,12 +238,15 @@ class Judge:
         header, values = self._receive(c)
         return header, values, (time.perf_counter() - t0) * 1e3
 
-    def timed(self, c: _Cand, req: dict[str, Any], shared: exchange.SharedCall
-              ) -> tuple[dict[str, Any], list[torch.Tensor], float]:
+    def timed(self, c: _Cand, req: dict[str, Any], shared: exchange.SharedCall, inputs: dict[str, Any] | None = None
+              ) -> tuple[dict[str, Any], list[torch.Tensor], float, str | None]:
         """The judge's clock: from handing over the request and its shared memory to holding a copy of the
-        output slots. Returns (the reply's header, that copy, ms)."""
+        output slots. The candidate's process is stopped from its reply until the judge has also compared the
+        shared inputs with `inputs`: whatever it does after the clock cannot touch what the judge reads.
+        Returns (the reply's header, the outputs' copy, ms, the first input the call changed or None)."""
         self._no_unasked(c)
         frozen = self._freeze_others(c)
+        held: list[int] = []
         collecting = gc.isenabled()
         gc.disable()        # no collection pause of the judge's own inside its clock
         if self.on_gpu:
@@ -257,28 +265,36 @@ class Judge:
                 c.died = True
                 raise self._died(c) from None
             header, _ = self._receive(c)
+            held = self._groups([c])
+            _signal_groups(held, signal.SIGSTOP)
             outs = shared.take_outputs()
-            return header, outs, (time.perf_counter() - t0) * 1e3
+            ms = (time.perf_counter() - t0) * 1e3
+            return header, outs, ms, shared.changed_input(inputs) if inputs is not None else None
         finally:
             if collecting:
                 gc.enable()
-            _signal_groups(frozen, signal.SIGCONT)
+            _signal_groups(held + frozen, signal.SIGCONT)
 
     def _freeze_others(self, c: _Cand) -> list[int]:
         """While one candidate is timed, the others of the job are stopped (SIGSTOP to their process groups):
         a candidate's background threads cannot slow a rival's window. Returns the stopped groups."""
+        groups = self._groups([other for other in self.cands if other is not c])
+        _signal_groups(groups, signal.SIGSTOP)
+        return groups
+
+    @staticmethod
+    def _groups(cands: list[_Cand]) -> list[int]:
+        """The process groups of these candidates' processes (each leads its own; a shared group is never named)."""
         groups = []
-        for other in self.cands:
-            pid = getattr(other.child, "pid", None) if other is not c and other.child is not None else None
+        for c in cands:
+            pid = getattr(c.child, "pid", None) if c.child is not None else None
             if not pid:
                 continue
             try:
-                if os.getpgid(pid) != pid:          # not the leader of its own group: never stop a shared one
-                    continue
+                if os.getpgid(pid) == pid:
+                    groups.append(pid)
             except OSError:
                 continue
-            groups.append(pid)
-        _signal_groups(groups, signal.SIGSTOP)
         return groups
 
     def _died(self, c: _Cand) -> CandidateGone:
@@ -340,11 +356,15 @@ class Judge:
 
     # ---- steps ----------------------------------------------------------------------------------------------
     def start(self, c: _Cand, index: int) -> None:
+        """Spawn the candidate's process and load its source. The payload holds nothing derived from the nonce
+        (not even a module name): from the nonce and the task's public generator every input of the job
+        follows, and a candidate that knew it would compute its answers before the clock."""
         c.deadline = time.monotonic() + self.job.timeout_s
         payload = {"task": self.job.task, "tasks_root": self.job.tasks_root, "device": self.device,
-                   "source": c.source, "entry": self.job.entry, "name_hint": f"{self.nonce:x}_{index}",
+                   "source": c.source, "entry": self.job.entry, "name_hint": f"c{index}",
                    "sandbox": self.job.sandbox}
         c.child = self.spawner.spawn("ksearch.eval.candidate.harness:main", payload)
+        wire.limit_replies(c.child.conn, 0)     # outputs come through shared memory: no reply carries a tensor
         c.sock = socket.socket(fileno=os.dup(c.child.conn.fileno()))
         try:
             header, _, _ = self._first_reply(c)
@@ -374,18 +394,16 @@ class Judge:
         header, _, _ = self.request(c, {"op": "ready", "output_bytes": layout.output_bytes})
         return self.expect_ok(c, header, w.name)
 
-    def inspect(self, c: _Cand, w: Workload, shared: exchange.SharedCall, inputs: dict[str, Any] | None) -> bool:
-        """Untimed, after the judge holds the outputs: the candidate's diagnosis of its own call (claims that
-        can only fail it), then the judge's own check that the shared inputs are as it wrote them."""
-        header, _, _ = self.request(c, {"op": "inspect"})
-        if not self.expect_ok(c, header, w.name):
-            return False
-        changed = shared.changed_input(inputs) if inputs is not None else None
+    def inspect(self, c: _Cand, w: Workload, changed: str | None) -> bool:
+        """Untimed, after the judge holds the outputs: the judge's own finding that the call changed a shared
+        input (`changed`, taken while the candidate stood still), then the candidate's diagnosis of its own call
+        (claims that can only fail it)."""
         if changed:
             c.fail(Status.INCORRECT_INPUT_MODIFIED, f"input {changed} changed during the call (inputs are read-only; "
                                                f"the call must leave them as it found them)", w.name)
             return False
-        return True
+        header, _, _ = self.request(c, {"op": "inspect"})
+        return self.expect_ok(c, header, w.name)
 
     def check(self, c: _Cand, w: Workload, trial: int) -> float | None:
         """One call on fresh inputs, verified; returns the judge's wall ms from the request to holding its outputs."""
@@ -399,8 +417,8 @@ class Judge:
         if self.on_gpu:     # the inputs are generated in the candidate's process from the seed revealed now
             req.update(workload=w, seed=seed)
         with exchange.SharedCall(layout, inputs) as shared:
-            header, outs, ms = self.timed(c, req, shared)
-            if not self.expect_ok(c, header, w.name) or not self.inspect(c, w, shared, inputs):
+            header, outs, ms, changed = self.timed(c, req, shared, inputs)
+            if not self.expect_ok(c, header, w.name) or not self.inspect(c, w, changed):
                 return None
         if not self.verify(c, w, outs, ref, f"check {trial + 1}"):
             return None
@@ -425,16 +443,6 @@ class Judge:
 
     def output_bytes(self, w: Workload) -> int:
         return self._bytes(self.task.definition.outputs, w)
-
-    def reply_budget(self, w: Workload) -> int | None:
-        """The most tensor bytes one reply may carry on `w`: every output of every timing set (None: unsized)."""
-        axes = {**self.task.definition.const_axes(), **w.axes}
-        try:
-            for spec in self.task.definition.outputs:
-                spec.concrete_shape(axes) if not spec.is_scalar else None
-        except (KeyError, ValueError, AttributeError):
-            return None
-        return self.output_bytes(w) * max(1, self.timing_sets(w))
 
     # ---- GPU timing ---------------------------------------------------------------------------------------
     def trusted(self, w: Workload) -> TrustedCosts:
@@ -512,7 +520,7 @@ class Judge:
         flat = [r for ref in refs for r in ref]
         layout = exchange.plan(None, (), flat, self.names * n_sets)
         with exchange.SharedCall(layout) as shared:
-            header, outs, ms = self.timed(c, {"op": "window", "mode": mode, "seeds": seeds, "n": n,
+            header, outs, ms, _ = self.timed(c, {"op": "window", "mode": mode, "seeds": seeds, "n": n,
                                               "layout": layout}, shared)
         if not self.expect_ok(c, header, w.name):
             return None
@@ -711,7 +719,6 @@ class Judge:
                 for c in alive:
                     c.row(w.name)
                     c.prev_outputs = None
-                    wire.limit_replies(c.child.conn, self.reply_budget(w))
                 check_ms: dict[str, list[float]] = {c.sid: [] for c in alive}
                 for t in range(self.job.check_trials):
                     k = t % len(alive)
@@ -814,7 +821,7 @@ class Judge:
             c.report.log = (c.report.log + "\n" if c.report.log else "") + f"the candidate's process {exit_note}"
         if out.strip():
             c.report.log = (c.report.log + "\n" if c.report.log else "") + \
-                f"--- candidate output ({nbytes} bytes; first and last KB) ---\n{out}"
+                f"--- candidate output ({nbytes} bytes; first and last KB) ---\n{_readable(out)}"
             if nbytes > (1 << 20):
                 c.report.flags.append(f"wrote {nbytes / 2**20:.1f} MiB to stdout/stderr (kept the first and last KB)")
 
@@ -848,7 +855,6 @@ class Judge:
         notes: list[str] = []
         rows = []
         kernels_raw: Any = None
-        wire.limit_replies(c.child.conn, 0)         # a profile reply carries no tensors
         for w in self._profiled(c):
             header, why = self._advisory(c, {"op": "profile", "workload": w,
                                              "seed": w.input_seed(self.nonce, PROFILE_SEED)})
@@ -949,6 +955,23 @@ def window_note(window_ms: float, n: int, costs: TrustedCosts, per_call: float, 
         if parts:
             note += f" (inputs: make {parts[0]:.2f}, copy {parts[1]:.2f}, wait for the GPU {parts[2]:.2f})"
     return note
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _readable(text: str) -> str:
+    """Text the candidate's process wrote, as a report may show it: control characters (a terminal's escape
+    sequences, carriage returns) become "?", so what it wrote cannot redraw the judge's verdict on a screen."""
+    return _CONTROL.sub("?", text)
+
+
+def _ended(sock: socket.socket) -> bool:
+    """Whether the other end of `sock` has closed it with nothing left to read."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
 
 
 def _signal_groups(groups: list[int], sig: int) -> None:
