@@ -16,17 +16,17 @@ its journal) is harmless.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ksearch.sqlite_files import NewerSchema, immediate, opening_lock, prepare
 
 SCHEMA_VERSION = 1
 ALL_REGIONS = "all"
@@ -105,33 +105,6 @@ class EvaluationRow:
         return EvaluationRow(**d)
 
 
-class _Immediate:
-    """One IMMEDIATE transaction: the write lock is taken at its start (waiting up to the busy timeout),
-    so two writers never deadlock upgrading a read lock."""
-
-    def __init__(self, db: sqlite3.Connection):
-        self.db = db
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.db.execute("BEGIN IMMEDIATE")
-        return self.db
-
-    def __exit__(self, kind: Any, *rest: Any) -> None:
-        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
-
-
-@contextmanager
-def _opening_lock(path: Path) -> Iterator[None]:
-    """An exclusive flock on `<store>.lock` for the length of opening: openers (processes or threads) take
-    turns, writers that are already open are not held up (they never take it)."""
-    fd = os.open(path.parent / (path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 class KnowledgeStore:
     def __init__(self, path: Path | str, *, busy_timeout_s: float = BUSY_TIMEOUT_S):
         self.path = Path(path).expanduser()
@@ -144,7 +117,7 @@ class KnowledgeStore:
             raise StoreError(f"cannot open the knowledge store {self.path} ({e})") from None
         self._db.row_factory = sqlite3.Row
         try:
-            with _opening_lock(self.path):
+            with opening_lock(self.path):
                 self._prepare(busy_timeout_s)
         except StoreError:
             self._db.close()
@@ -155,23 +128,16 @@ class KnowledgeStore:
                              f"memory.path= elsewhere") from None
 
     def _prepare(self, busy_timeout_s: float) -> None:
-        """WAL mode and the schema; run by one opener at a time (see _opening_lock)."""
-        self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-        if self._db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        with self._write():
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise StoreError(f"{self.path} was written by a newer ksearch (schema {version}); "
-                                 f"upgrade ksearch or point memory.path= elsewhere")
-            for statement in filter(str.strip, _SCHEMA.split(";")):
-                self._db.execute(statement)
-            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        """WAL mode and the schema; run by one opener at a time (see ksearch.sqlite_files.opening_lock)."""
+        try:
+            prepare(self._db, busy_timeout_s, _SCHEMA, SCHEMA_VERSION)
+        except NewerSchema as e:
+            raise StoreError(f"{self.path} was written by a newer ksearch (schema {e.found}); "
+                             f"upgrade ksearch or point memory.path= elsewhere") from None
 
     # ---- writing ----------------------------------------------------------------------------------
-    def _write(self) -> _Immediate:
-        return _Immediate(self._db)
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        return immediate(self._db)
 
     def add(self, rows: Sequence[EvaluationRow]) -> int:
         """Add rows in one transaction; returns how many were new (a row seen before is ignored)."""

@@ -50,20 +50,20 @@ were empty; it never fails a job.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
 import importlib
 import json
-import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+from ksearch.sqlite_files import NewerSchema, immediate, opening_lock, prepare
 
 SCHEMA_VERSION = 1
 #: Bump when the way a baseline is timed changes in a way the code digest below cannot see.
@@ -230,17 +230,6 @@ def gpu_uuid() -> str | None:
 
 
 # ---- the file ---------------------------------------------------------------------------------------------
-@contextmanager
-def _opening_lock(path: Path) -> Iterator[None]:
-    """An exclusive flock on `<file>.lock` while opening: openers take turns; open writers are not held up."""
-    fd = os.open(path.parent / (path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 class CacheFile:
     """The SQLite file: opened in WAL mode with the schema, read by key, written in IMMEDIATE transactions.
     Raises sqlite3.Error or OSError; BaselineCache turns those into a warning."""
@@ -250,33 +239,17 @@ class CacheFile:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path), timeout=busy_timeout_s, isolation_level=None)
         try:
-            with _opening_lock(path):
-                self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-                if self._db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                    self._db.execute("PRAGMA journal_mode = WAL")
-                self._db.execute("PRAGMA synchronous = NORMAL")
-                with self._transaction():
-                    version = self._db.execute("PRAGMA user_version").fetchone()[0]
-                    if version > SCHEMA_VERSION:
-                        raise sqlite3.DatabaseError(f"written by a newer ksearch (schema {version})")
-                    for statement in filter(str.strip, _SCHEMA.split(";")):
-                        self._db.execute(statement)
-                    self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            with opening_lock(path):
+                prepare(self._db, busy_timeout_s, _SCHEMA, SCHEMA_VERSION)
+        except NewerSchema as e:
+            self._db.close()
+            raise sqlite3.DatabaseError(f"written by a newer ksearch (schema {e.found})") from None
         except BaseException:
             self._db.close()
             raise
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE: the write lock is taken at the start (waiting up to the busy timeout), so two
-        writers never deadlock upgrading a read lock."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return immediate(self._db)
 
     def get(self, key: str) -> tuple[float, str] | None:
         row = self._db.execute("SELECT measured_at, timing FROM timings WHERE key = ?", (key,)).fetchone()
