@@ -947,10 +947,10 @@ def window_note(window_ms: float, n: int, costs: TrustedCosts, per_call: float, 
     the time went (its host clock: inputs generated, calls, outputs copied out). Quoted only, never used."""
     note = (f"last window {window_ms:.2f} ms for {n} calls, less the judge's own {costs.reveal_ms:.2f} ms of "
             f"inputs and outputs and {n} x {per_call * 1e3:.1f} µs of flushes")
-    if isinstance(phases, list) and len(phases) == 3 and all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in phases):
-        note += (f"; the candidate's process says inputs {phases[0]:.2f} ms, calls {phases[1]:.2f} ms, "
-                 f"outputs {phases[2]:.2f} ms")
+    said = _numbers(phases, 3)
+    if said:
+        note += (f"; the candidate's process says inputs {said[0]:.2f} ms, calls {said[1]:.2f} ms, "
+                 f"outputs {said[2]:.2f} ms")
         parts = _numbers(split, 3)
         if parts:
             note += f" (inputs: make {parts[0]:.2f}, copy {parts[1]:.2f}, wait for the GPU {parts[2]:.2f})"
