@@ -416,9 +416,7 @@ def report_from_json(d: dict[str, Any]) -> EvalReport:
 
 
 def baseline_from_json(d: dict[str, Any]) -> BaselineTimes | None:
-    from ksearch.eval.report import typed_origins
-
-    d = _known(BaselineTimes, d)
+    """A recorded baseline (None when it lacks what every BaselineTimes has), read as BaselineTimes reads one."""
     if not {"device", "variants", "label"} <= set(d):
         return None
-    return BaselineTimes(**typed_origins(d))
+    return BaselineTimes.from_json(d)
