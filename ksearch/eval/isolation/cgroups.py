@@ -98,7 +98,7 @@ def _hierarchies(memory_bytes: int | None, pids: int) -> tuple[list[Hierarchy], 
         except OSError:
             delegated = []
         if all(c in delegated for c in missing):
-            v2 = {"pids": [("pids.max", str(pids))], "memory": [("memory.max", str(memory_bytes))]}
+            v2 = {**limits, "memory": [("memory.max", str(memory_bytes))]}      # v1's memory file is named otherwise
             out.append(Hierarchy(folder, tuple(s for c in missing for s in v2[c])))
             missing = []
     why = f"no writable cgroup hierarchy for {', '.join(missing)}" if missing else ""

@@ -57,7 +57,6 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -248,9 +247,6 @@ class CacheFile:
             self._db.close()
             raise
 
-    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
-        return immediate(self._db)
-
     def get(self, key: str) -> tuple[float, str] | None:
         row = self._db.execute("SELECT measured_at, timing FROM timings WHERE key = ?", (key,)).fetchone()
         return (float(row[0]), str(row[1])) if row else None
@@ -258,7 +254,7 @@ class CacheFile:
     def put(self, rows: list[tuple[str, float, str, str, str, str, str, str]], prune_before: float) -> None:
         """Store rows (key, measured_at, task, workload, subject, device, key_fields, timing), replacing the
         same keys, and delete entries timed before `prune_before`, in one transaction."""
-        with self._transaction() as db:
+        with immediate(self._db) as db:
             db.executemany("INSERT OR REPLACE INTO timings (key, measured_at, task, workload, subject, device, "
                            "key_fields, timing) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
             db.execute("DELETE FROM timings WHERE measured_at < ?", (prune_before,))
