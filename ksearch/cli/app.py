@@ -164,7 +164,7 @@ def resolve_eval(cfg: DictConfig, task: Any) -> tuple[str, str, list[Any], Any]:
                             trials=cfg.eval.trials if on_gpu else min(cfg.eval.trials, cfg.eval.check_trials),
                             check_trials=cfg.eval.check_trials,
                             static_checks=cfg.eval.static_checks, profile=cfg.eval.profile is not False,
-                            baseline_cache=str(cfg.eval.baseline_cache),
+                            baseline_cache=cfg.eval.baseline_cache,
                             baseline_cache_max_age_h=cfg.eval.baseline_cache_max_age_h,
                             baseline_cache_path=cfg.eval.baseline_cache_path)
     return device, set_name, workloads, settings

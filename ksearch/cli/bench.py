@@ -259,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
     on_gpu = device.startswith("cuda")
     if args.baseline_repeats or getattr(args, "self_check", False):
         # they check the clock itself: measure the baselines now (and leave the fresh numbers in the cache)
-        settings = replace(settings, baseline_cache=BaselineCacheMode.refresh.value)
+        settings = replace(settings, baseline_cache=BaselineCacheMode.refresh)
     if args.baseline_repeats:
         result = repeat_baselines(task, settings, workloads, args.baseline_repeats,
                                   lambda i, b: console.print(f"run {i}: {b.label}", highlight=False))

@@ -28,6 +28,7 @@ from typing import Any
 from ksearch.eval.parent.static_checks import StaticCheckConfig, check_source, refusal_message
 from ksearch.eval.parent.worker_handle import Reply, WorkerProcess, WorkerStartError
 from ksearch.eval.report import BaselineTimes, EvalReport, Metric, Status, score_metric, score_report
+from ksearch.eval.trusted.baseline_cache import BaselineCacheMode
 from ksearch.task import Task, Workload
 
 LARGE_OUTPUT_BYTES = 1 << 20
@@ -78,12 +79,13 @@ class EvalSettings:
     profile: bool = True        # (GPU) the judge's advisory profile pass after timing (eval.profile)
     # the baseline cache across runs (ksearch.eval.trusted.baseline_cache): auto | on | off | refresh, the age
     # after which an entry is measured again, and its file (None: $XDG_CACHE_HOME/ksearch/baselines.sqlite)
-    baseline_cache: str = "auto"
+    baseline_cache: BaselineCacheMode = BaselineCacheMode.auto
     baseline_cache_max_age_h: float = 12.0
     baseline_cache_path: str | None = None
 
     def __post_init__(self) -> None:
         self.metric = score_metric(self.device, self.metric)
+        self.baseline_cache = BaselineCacheMode(self.baseline_cache)    # a setting's string is read as its mode
 
 
 def resolve_device(requested: str) -> str:
@@ -277,11 +279,11 @@ class Evaluator:
         return reports
 
     def measure_baselines(self, workloads: list[Workload], time_reference: bool = False) -> BaselineTimes:
-        from ksearch.eval.trusted.baseline_cache import BaselineCacheMode, CacheSettings
+        from ksearch.eval.trusted.baseline_cache import CacheSettings
         from ksearch.eval.trusted.baselines import BaselineJob
 
         s = self.settings
-        cache = CacheSettings(BaselineCacheMode(s.baseline_cache), s.baseline_cache_max_age_h, s.baseline_cache_path)
+        cache = CacheSettings(s.baseline_cache, s.baseline_cache_max_age_h, s.baseline_cache_path)
         job = BaselineJob(**self._job(workloads), time_reference=time_reference, cache=cache)
         # FlashInfer JIT-compiles each module on first use (~30 s); allow for it.
         reply = self._request("baseline", job, max(s.timeout_s, 600.0),
