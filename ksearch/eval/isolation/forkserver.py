@@ -812,6 +812,8 @@ def zygote_main(argv: list[str] | None = None) -> None:
             cgroup_plan, why = cgroups.probe(config.get("memory_limit") if config.get("interpret") else None)
             if cgroup_plan is not None:
                 cgroups.remove_stale(cgroup_plan, reaper.alive)
+            if why:
+                why += " (the judge stops a candidate by its process group, which its processes can leave)"
             plan = replace(plan, cgroups=cgroup_plan.describe() if cgroup_plan else "",
                            notes=plan.notes + ((why,) if why else ()))
         threads = len(os.listdir("/proc/self/task"))
