@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import subprocess
-import sys
 import time
 
 import pytest
@@ -142,7 +142,7 @@ def sleepers():
     procs: list[subprocess.Popen] = []
 
     def start() -> int:
-        procs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+        procs.append(subprocess.Popen([shutil.which("sleep") or "/bin/sleep", "60"]))
         return procs[-1].pid
 
     yield start
@@ -210,6 +210,16 @@ def test_without_a_pidfd_the_pid_is_signalled_once_confirmed(tmp_path, sleepers,
     assert held.settle(1.0) and state(pid) == "T"
     held.resume()
     assert wait_for(lambda: state(pid) != "T")
+
+
+def test_past_the_pidfds_it_keeps_a_process_is_continued_by_pid(tmp_path, sleepers, monkeypatch):
+    monkeypatch.setattr(stopping, "KEEP", 2)
+    pids = [sleepers() for _ in range(4)]
+    held = stopping.stop((listing(tmp_path, *pids),))
+    assert held.kept == 2 and sorted(fd >= 0 for fd in held.fds.values()) == [False, False, True, True]
+    assert held.settle(1.0) and all(state(pid) == "T" for pid in pids)
+    held.resume()
+    assert wait_for(lambda: all(state(pid) != "T" for pid in pids))
 
 
 def test_a_group_that_is_gone_stops_nothing(tmp_path):

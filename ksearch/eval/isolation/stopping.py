@@ -17,7 +17,9 @@ process starts no more; pids.max and MAX_ROUNDS bound it). A signal takes effect
 the kernel, so a fork in progress completes first and its child is listed only then: `Stopped.settle` waits
 until every thread of every listed process is in fact stopped, stopping what appeared meanwhile and again
 anything a not-yet-stopped process of the group continued. `Stopped.resume` sends SIGCONT through the same
-pidfds, continuing exactly what was stopped, and closes them.
+pidfds, continuing exactly what was stopped, and closes them. The judge keeps at most KEEP pidfds per group
+(a candidate with thousands of processes must not use up its descriptors): past those, a process is
+continued by its pid, which stays its own while it is stopped unless it is killed meanwhile.
 
 Why signals and not the freezer: cgroup v2's cgroup.freeze (v1's freezer.state) also stops every process,
 forks in progress included, but it is asynchronous: the judge would learn that the group is frozen only by
@@ -38,7 +40,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-MAX_ROUNDS = 64            # reads of cgroup.procs in one stop; each stops everything it found new
+MAX_ROUNDS = 64            # reads of cgroup.procs in one stop; each stops what it found new (up to BATCH)
+BATCH = 256                # pidfds open at once while a round confirms them
+KEEP = 32                  # pidfds kept per group until resume; beyond, a stopped process is continued by pid
 SETTLE_S = 0.05            # how long settle waits for the signals to land (a thread in the kernel may take a while)
 _STOPPED_STATES = frozenset(b"tTZX")      # stopped, traced (also held), or gone
 
@@ -94,11 +98,12 @@ class Stopped:
 
     group: str
     fds: dict[int, int] = field(default_factory=dict)
+    kept: int = 0                  # how many of fds are open pidfds
 
     def _stop_new(self, listed: set[int]) -> set[int]:
         """Stop the processes in `listed` not stopped yet, as the module says; returns the group's last listing."""
         for _ in range(MAX_ROUNDS):
-            new = listed - self.fds.keys()
+            new = sorted(listed - self.fds.keys())[:BATCH]
             if not new:
                 break
             opened: dict[int, int] = {}
@@ -112,7 +117,11 @@ class Stopped:
             listed = _procs(self.group)
             for pid, fd in opened.items():
                 if pid in listed and _send(pid, fd, signal.SIGSTOP):
+                    if fd >= 0 and self.kept >= KEEP:     # a candidate with hundreds of processes must not use
+                        os.close(fd)                      # up the judge's descriptors: a stopped process keeps
+                        fd = -1                           # its pid until it is continued (or killed)
                     self.fds[pid] = fd
+                    self.kept += fd >= 0
                 elif fd >= 0:
                     os.close(fd)
         return listed            # after MAX_ROUNDS, still with new pids: settle goes on
@@ -141,10 +150,11 @@ class Stopped:
         fd = self.fds.pop(pid)
         if fd >= 0:
             os.close(fd)
+            self.kept -= 1
 
     def resume(self) -> None:
         """SIGCONT every process this stopped (through the pidfds it stopped them by), and close the pidfds."""
-        fds, self.fds = self.fds, {}
+        fds, self.fds, self.kept = self.fds, {}, 0
         for pid, fd in fds.items():
             _send(pid, fd, signal.SIGCONT)
             if fd >= 0:
