@@ -267,9 +267,9 @@ class Judge:
                 raise self._died(c) from None
             header, _ = self._receive(c)
             # Inside the clock: two reads of the candidate's cgroup.procs, a pidfd and a signal per process
-            # (tests/adversarial/test_stop_by_cgroup.py prints it: 35-40 µs median on the 2-core CPU host,
-            # where stopping the process group took 3 µs). Waiting until the signals have landed (settle,
-            # ~40 µs more there) comes after the clock, before the judge reads the inputs.
+            # (tests/adversarial/test_stop_by_cgroup.py prints it: 30-90 µs median on the shared 2-core CPU
+            # host, where stopping the process group took 3-8 µs). Waiting until the signals have landed
+            # (settle, 35-80 µs more there) comes after the clock, before the judge reads the inputs.
             held = self._stop([c])
             outs = shared.take_outputs()
             ms = (time.perf_counter() - t0) * 1e3
