@@ -7,7 +7,8 @@ would pick the judge instead. Threads and processes draw on the host's one table
 32768): a candidate that starts them with small stacks would leave none for the judge or anyone else. A
 control group counts both for the candidate, every process it starts included, and the kernel enforces the
 limits: past memory.max the candidate is OOM-killed inside its group; past pids.max a fork or a new thread
-fails in the candidate alone.
+fails in the candidate alone. The group also lists every process the candidate started, whatever it did to
+its session or process group: the judge stops and continues the candidate by it (ksearch.eval.isolation.stopping).
 
 How: the fork server (ksearch.eval.isolation.forkserver) probes once which hierarchies it may write (`probe`):
 cgroup v1's memory and pids hierarchies, or cgroup v2 where its own group delegates both controllers. Per
@@ -15,7 +16,7 @@ child it makes one group in each (`make`, named after the fork server and the ch
 first thing in its walls, while it is still root (`join`), and the fork server removes them once the child
 and its namespace are gone (`remove`). Where no hierarchy is writable (a container's read-only /sys/fs/cgroup,
 not root), the walls' description says so and these limits are missing: memory then has only the address-space
-cap (CPU) and tasks no limit.
+cap (CPU), tasks no limit, and the judge stops the candidate's process group, which its processes can leave.
 """
 
 from __future__ import annotations

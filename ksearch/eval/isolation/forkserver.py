@@ -15,6 +15,7 @@ Interface (for the evaluator)
     child.conn.send(...); reply = child.conn.recv() if child.conn.poll(timeout) else None
     code = child.wait(timeout)          # exit code, -signal, or None while it runs
     child.kill()                        # it and every process it started are gone when this returns
+    child.groups                        # its control groups, () where there are none (ksearch.eval.isolation.stopping)
     child.exit_description()            # "exited, exit code 0" / "killed by SIGSEGV (segmentation fault)"
     text, nbytes = child.output()       # first 4 KiB and last 12 KiB of its fd 1 and 2
     child.audit_violations()            # "ksearch-audit: refused ..." lines, read from the stream as it flowed
@@ -140,6 +141,7 @@ class Child:
     conn: Connection
     capture: ChildOutput
     server: ForkServer
+    groups: tuple[str, ...] = ()    # its control groups (ksearch.eval.isolation.cgroups): () where none are made
     spawned_at: float = field(default_factory=time.perf_counter)
     returncode: int | None = None
     ended_at: float | None = None
@@ -411,7 +413,8 @@ class ForkServer:
             conn.close()
             why = box[0][2] if box else f"no answer within {timeout:.0f}s"
             raise ForkServerError(f"the fork server could not start a child: {why}")
-        child = Child(cid, box[0][2], conn, capture, self)
+        spawned: tuple[str, int, int, tuple[str, ...]] = box[0]       # ("spawned", cid, pid, control groups)
+        child = Child(cid, spawned[2], conn, capture, self, groups=spawned[3])
         with self._lock:
             if cid in self._early_exits:
                 child._finish(self._early_exits.pop(cid))
@@ -561,7 +564,7 @@ class Zygote:
         self.by_pid[pid] = rec
         if init is not None:
             self.by_pid[init] = rec
-        self.send(("spawned", cid, pid))
+        self.send(("spawned", cid, pid, groups))
 
     def _fork(self, conn_fd: int, out_fd: int, spec: tuple[Any, ...]) -> int:
         pid = os.fork()
@@ -809,6 +812,8 @@ def zygote_main(argv: list[str] | None = None) -> None:
             cgroup_plan, why = cgroups.probe(config.get("memory_limit") if config.get("interpret") else None)
             if cgroup_plan is not None:
                 cgroups.remove_stale(cgroup_plan, reaper.alive)
+            if why:
+                why += " (the judge stops a candidate by its process group, which its processes can leave)"
             plan = replace(plan, cgroups=cgroup_plan.describe() if cgroup_plan else "",
                            notes=plan.notes + ((why,) if why else ()))
         threads = len(os.listdir("/proc/self/task"))

@@ -43,6 +43,7 @@ class SpawnedCandidate:
         self._child, self.scratch = child, scratch
         self.conn = child.conn
         self.pid = getattr(child, "pid", None)
+        self.groups: tuple[str, ...] = getattr(child, "groups", ())    # its control groups: the judge stops it by them
 
     def kill(self) -> None:
         try:

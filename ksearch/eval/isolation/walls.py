@@ -30,7 +30,7 @@ candidate code is imported, in this order:
 5. a seccomp filter (ksearch.eval.isolation.seccomp): calls that only serve to leave the sandbox kill the process;
 6. a control group of its own (ksearch.eval.isolation.cgroups, made by the fork server and joined by the child
    before any of this): the host memory it holds (mapped or not: memfd, tmpfs, System V) and its tasks are
-   counted and limited by the kernel.
+   counted and limited by the kernel, and the judge stops every process it started by it.
 
 `probe()` decides once per fork server, in throwaway children, which of these this machine allows, and
 the fork server reports the result (`WallsPlan.describe()`: in the report's environment and the
@@ -41,7 +41,8 @@ What remains when not root and without user namespaces: no mount namespace (the 
 readable, /dev/shm is the host's), the candidate keeps the user's uid; Landlock (kernel 5.13+ with the LSM
 enabled) still confines writes to the scratch folder, blocks creating /dev/shm segments, TCP and signals to
 other processes, and seccomp still kills the escape calls. Without Landlock either, only the audit hook
-stands between native code and the user's files.
+stands between native code and the user's files. Without a control group (not root, or no writable
+hierarchy) the judge stops a candidate by its process group, which a process it starts can leave.
 """
 
 from __future__ import annotations

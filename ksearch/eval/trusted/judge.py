@@ -64,6 +64,7 @@ import torch
 from ksearch.eval import wire
 from ksearch.eval.clocks.gputime import per_call_ms
 from ksearch.eval.clocks.noise import noise_floor, relative_spread
+from ksearch.eval.isolation import stopping
 from ksearch.eval.report import CANDIDATE_STATUSES, EvalReport, Metric, Status, TimingMethod, WorkloadResult
 from ksearch.eval.trusted import exchange
 from ksearch.eval.trusted.job import Job
@@ -246,7 +247,7 @@ class Judge:
         Returns (the reply's header, the outputs' copy, ms, the first input the call changed or None)."""
         self._no_unasked(c)
         frozen = self._freeze_others(c)
-        held: list[int] = []
+        held = _Held()
         collecting = gc.isenabled()
         gc.disable()        # no collection pause of the judge's own inside its clock
         if self.on_gpu:
@@ -265,22 +266,43 @@ class Judge:
                 c.died = True
                 raise self._died(c) from None
             header, _ = self._receive(c)
-            held = self._groups([c])
-            _signal_groups(held, signal.SIGSTOP)
+            # Inside the clock: two reads of the candidate's cgroup.procs, a pidfd and a signal per process
+            # (tests/adversarial/test_stop_by_cgroup.py prints it: 30-90 µs median on the shared 2-core CPU
+            # host, where stopping the process group took 3-8 µs). Waiting until the signals have landed
+            # (settle, 35-80 µs more there) comes after the clock, before the judge reads the inputs.
+            held = self._stop([c])
             outs = shared.take_outputs()
             ms = (time.perf_counter() - t0) * 1e3
+            held.settle()
             return header, outs, ms, shared.changed_input(inputs) if inputs is not None else None
         finally:
             if collecting:
                 gc.enable()
-            _signal_groups(held + frozen, signal.SIGCONT)
+            held.resume()
+            frozen.resume()
 
-    def _freeze_others(self, c: _Cand) -> list[int]:
-        """While one candidate is timed, the others of the job are stopped (SIGSTOP to their process groups):
-        a candidate's background threads cannot slow a rival's window. Returns the stopped groups."""
-        groups = self._groups([other for other in self.cands if other is not c])
-        _signal_groups(groups, signal.SIGSTOP)
-        return groups
+    def _freeze_others(self, c: _Cand) -> _Held:
+        """While one candidate is timed, the others of the job are stopped, every process they started included
+        (`_stop`): a candidate's background threads and processes cannot slow a rival's window. The clock
+        starts only once they have all stopped. Returns what was stopped."""
+        held = self._stop([other for other in self.cands if other is not c])
+        held.settle()
+        return held
+
+    def _stop(self, cands: list[_Cand]) -> _Held:
+        """SIGSTOP these candidates by their control groups (ksearch.eval.isolation.stopping), which hold every
+        process they started; a candidate without one (no control groups here) by its process group, which a
+        process it started can leave (setsid, setpgid)."""
+        held, by_process_group = _Held(), []
+        for c in cands:
+            groups = getattr(c.child, "groups", ()) if c.child is not None else ()
+            if groups:
+                held.stopped.append(stopping.stop(groups))
+            else:
+                by_process_group.append(c)
+        held.process_groups = self._groups(by_process_group)
+        _signal_groups(held.process_groups, signal.SIGSTOP)
+        return held
 
     @staticmethod
     def _groups(cands: list[_Cand]) -> list[int]:
@@ -974,7 +996,27 @@ def _ended(sock: socket.socket) -> bool:
         return False
 
 
+@dataclass
+class _Held:
+    """What the judge stopped: candidates' control groups, and process groups where a candidate has none."""
+
+    stopped: list[stopping.Stopped] = field(default_factory=list)
+    process_groups: list[int] = field(default_factory=list)
+
+    def settle(self) -> None:
+        """Wait until every process of the control groups has stopped (see stopping.Stopped.settle)."""
+        for held in self.stopped:
+            held.settle()
+
+    def resume(self) -> None:
+        for held in self.stopped:
+            held.resume()
+        _signal_groups(self.process_groups, signal.SIGCONT)
+        self.stopped, self.process_groups = [], []
+
+
 def _signal_groups(groups: list[int], sig: int) -> None:
+    """The fallback where a candidate has no control group: signal its process group."""
     for group in groups:
         try:
             os.killpg(group, sig)
