@@ -31,22 +31,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
 DEVICE = os.environ.get("REVEAL_DEVICE", "cuda")
-IDLE_MODES = tuple(os.environ.get("REVEAL_IDLE", ",sleep,sleep+wake,busy_wait").split(","))
+IDLE_MODES = tuple(os.environ.get("REVEAL_IDLE", ",sleep,sleep+shortwake,sleep+wake,busy_wait").split(","))
 DEFAULT_TASK = "gqa_paged_decode_h32_kv4_d128_ps1"
 DEFAULT_WORKLOADS = ("fb_b1_t546", "fb_b64_t46287", "fb_b64_t28815")
 
 
 def pause(mode: str, torch: Any) -> None:
     """What happens before each reveal: nothing (hot), a sleep (the process and the GPU go idle), a sleep
-    then the judge's wake (memory traffic: the GPU's clocks come back up, the process stays cold), or a CPU busy-wait (the
-    process stays hot, the GPU goes idle)."""
+    then one round of the judge's writes (shortwake) or its whole wake (the GPU's clocks come back up, the
+    process stays cold), or a CPU busy-wait (the process stays hot, the GPU goes idle)."""
     if mode == "sleep":
         time.sleep(0.05)
-    elif mode == "sleep+wake":
+    elif mode.startswith("sleep+") and mode.endswith("wake"):
         from ksearch.eval.clocks.gputime import wake
 
         time.sleep(0.05)
-        wake()
+        wake(min_ms=0.0) if mode == "sleep+shortwake" else wake()     # one round of writes, or the judge's wake
     elif mode == "busy_wait":
         end = time.perf_counter() + 0.05
         while time.perf_counter() < end:
@@ -95,6 +95,7 @@ def measure(task_name: str, workloads: list[str], trials: int = 8, idle: str = "
             from ksearch.task.paged import paged_indices
             idx = []
             for t in range(trials):
+                pause(idle, torch)      # the host part of make_inputs alone, after the same pause
                 a = time.perf_counter()
                 paged_indices(w.params["kv_lens"], w.axes["num_pages"], torch.Generator().manual_seed(t))
                 idx.append((time.perf_counter() - a) * 1e3)

@@ -188,8 +188,10 @@ class _FakeCompiled:
 
     def __getitem__(self, grid):
         def direct(*args):
-            # A compiled kernel takes every parameter positionally, compile-time ones included.
+            # A compiled kernel takes every parameter positionally, compile-time ones included, and its
+            # launcher reads three grid dimensions (Triton 3.6's runner indexes grid[0], grid[1], grid[2]).
             assert len(args) == len(self.arg_names)
+            grid[0], grid[1], grid[2]
             self.log.append(("direct", grid, len(args)))
         return direct
 

@@ -59,21 +59,30 @@ def flush_buffer(device: torch.device | None = None) -> torch.Tensor:
     return _FLUSH[device]
 
 
-#: Memory traffic written just before a clock starts (see wake).
+#: Memory traffic written per round of a wake (see wake).
 WAKE_BYTES = 2 << 30
+#: How long a wake keeps the GPU busy at least. On an H100 (2026-12-05) the first input generation of a window
+#: after the judge's verification took 28-45 ms where it takes 3 ms on a busy GPU, and came back to speed over
+#: about 50 ms of work (45, then 6, then 3.4 ms): one round of WAKE_BYTES (under 1 ms at speed) was too short
+#: for the clocks to come back.
+WAKE_MS = 30.0
 
 
-def wake(device: torch.device | None = None) -> None:
-    """Bring an idle GPU back to speed, then wait for it: a few GiB of writes, then a synchronisation.
+def wake(device: torch.device | None = None, min_ms: float = WAKE_MS) -> None:
+    """Bring an idle GPU back to speed, then wait for it: rounds of WAKE_BYTES of writes, each waited for,
+    until at least `min_ms` have passed (one round when 0).
 
-    An H200 left idle for tens of milliseconds (the judge verifying a window) drops its clocks, and the first
-    memory-heavy work after that ran up to 10x slower (measured: a window's 3 ms input generation took
-    4-36 ms after a 50 ms pause). Called by the judge before its clock starts, so a window begins on a GPU in
-    the state its own costs were measured in."""
+    A GPU left idle for tens of milliseconds (the judge verifying a window) drops its clocks, and the first
+    memory-heavy work after that ran up to 10x slower. Called by the judge before its clock starts, and before
+    each measurement of its own costs, so a window begins on a GPU in the state its own costs were measured in."""
     buf = flush_buffer(device)
-    for _ in range(max(1, WAKE_BYTES // buf.numel())):
-        buf.zero_()
-    torch.cuda.synchronize()
+    end = time.perf_counter() + min_ms / 1e3
+    while True:
+        for _ in range(max(1, WAKE_BYTES // buf.numel())):
+            buf.zero_()
+        torch.cuda.synchronize()
+        if time.perf_counter() >= end:
+            return
 
 
 def sync(device: str) -> None:
