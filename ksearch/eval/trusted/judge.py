@@ -290,14 +290,15 @@ class Judge:
         return held
 
     def _stop(self, cands: list[_Cand]) -> _Held:
-        """SIGSTOP these candidates by their control groups (ksearch.eval.isolation.stopping), which hold every
-        process they started; a candidate without one (no control groups here) by its process group, which a
-        process it started can leave (setsid, setpgid)."""
+        """SIGSTOP these candidates by what holds every process they started (ksearch.eval.isolation.stopping):
+        their control groups, else their PID namespaces' process trees (the child's `holder`, picked in that
+        order by stopping.holder_for); a candidate with neither by its process group, which a process it
+        started can leave (setsid, setpgid)."""
         held, by_process_group = _Held(), []
         for c in cands:
-            groups = getattr(c.child, "groups", ()) if c.child is not None else ()
-            if groups:
-                held.stopped.append(stopping.stop(groups))
+            holder = getattr(c.child, "holder", None) if c.child is not None else None
+            if holder is not None:
+                held.stopped.append(stopping.stop(holder))
             else:
                 by_process_group.append(c)
         held.process_groups = self._groups(by_process_group)
@@ -998,13 +999,13 @@ def _ended(sock: socket.socket) -> bool:
 
 @dataclass
 class _Held:
-    """What the judge stopped: candidates' control groups, and process groups where a candidate has none."""
+    """What the judge stopped: candidates by their control groups or PID namespaces, else by process groups."""
 
     stopped: list[stopping.Stopped] = field(default_factory=list)
     process_groups: list[int] = field(default_factory=list)
 
     def settle(self) -> None:
-        """Wait until every process of the control groups has stopped (see stopping.Stopped.settle)."""
+        """Wait until every process stopped by its holder has stopped (see stopping.Stopped.settle)."""
         for held in self.stopped:
             held.settle()
 
@@ -1016,7 +1017,7 @@ class _Held:
 
 
 def _signal_groups(groups: list[int], sig: int) -> None:
-    """The fallback where a candidate has no control group: signal its process group."""
+    """The fallback where a candidate has neither a control group nor a PID namespace: its process group."""
     for group in groups:
         try:
             os.killpg(group, sig)
