@@ -225,14 +225,13 @@ def test_a_kept_file_of_an_ended_thread_is_opened_again(family):
     tree = pidtree.Tree(pidtree.Namespace(init, os.getpid()), candidate)
     assert wait_for(lambda: len(tree.members()) == 3)
     gone = subprocess.Popen([shutil.which("true") or "/bin/true"])
-    stale = (os.open(f"/proc/{gone.pid}/task/{gone.pid}/children", os.O_RDONLY),
-             os.open(f"/proc/{gone.pid}/task/{gone.pid}/comm", os.O_RDONLY))
+    stale = pidtree._Kept(os.open(f"/proc/{gone.pid}/task/{gone.pid}/children", os.O_RDONLY),
+                          os.open(f"/proc/{gone.pid}/task/{gone.pid}/comm", os.O_RDONLY), checked=0.0)
     gone.wait()
-    for fd in tree._kept.pop((candidate, candidate)):
-        os.close(fd)
-    tree._kept[(candidate, candidate)] = stale
+    tree._close((candidate, candidate))
+    tree._kept[(candidate, candidate)] = stale          # as if its tid had been another thread's before
     assert len(tree.members()) == 3
-    assert tree._kept[(candidate, candidate)] != stale
+    assert tree._kept[(candidate, candidate)] is not stale
     tree.close()
 
 

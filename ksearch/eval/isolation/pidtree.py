@@ -12,24 +12,31 @@ the init.
 How: both the candidate and the init are children of the fork server. `Tree.members` reads the fork server's
 children (it has one thread), then walks down from those of the two it lists, reading for every thread of
 every process found /proc/<pid>/task/<tid>/children (a child made by a thread other than the main one is
-listed under that thread; the file needs CONFIG_PROC_CHILDREN, see `available`). The init is trusted and
-keeps the namespace alive: only what descends from it is a member. A root is walked only while the fork
+listed under that thread; the file needs CONFIG_PROC_CHILDREN, see `available`). The init itself is trusted
+and must keep the namespace: it is never a member, only what descends from it is. A root is walked only while the fork
 server lists it as its child, so a candidate that ended and was reaped does not lead the walk to whoever got
 its pid later. `stopping` confirms every pid by the next walk, as it does with a control group's listing.
+The exec'd init (setpriv running sleep) reaps nothing: a process handed to it stays there as a zombie once it exits, until
+the namespace ends, and the walk lists it (stopping it does nothing; each costs a read a walk).
 
 Cost: the stop after a reply is inside the judge's clock. A /proc file opened once keeps naming the thread
 it was opened for, and reading it again from offset 0 (pread) costs a tenth of open, read and close, so the
 walk keeps each thread's children file open between walks (with its comm file, up to KEEP threads a tree).
-Reading comm fails once that thread has ended: its kept files are then stale (its tid may be another
-thread's now) and are opened again by path. The list of a process's threads is read by path every walk.
+A kept file goes stale when its thread ends, and another thread of the same process may get its tid; that
+takes the host's pids to come round once (tens of thousands of forks), never within FRESH_S. A kept file
+checked less than FRESH_S ago is read as it is (the stop's second walk, microseconds after its first);
+otherwise its comm is read too, which fails once the thread has ended, and a stale one is opened again by
+path. The list of a process's threads is read by path every walk.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 KEEP = 64                  # threads whose files a tree keeps open (two descriptors each)
+FRESH_S = 0.001            # how long a kept file checked to name a live thread is read unchecked
 _CHUNK = 1 << 16
 
 
@@ -82,19 +89,29 @@ def _pread(fd: int) -> bytes:
     return b"".join(chunks)
 
 
+@dataclass
+class _Kept:
+    """One thread's open children and comm files, and when they were last seen to name a live thread."""
+
+    children: int
+    comm: int
+    checked: float
+
+
 class Tree:
     """Every process of one candidate's PID namespace but its init; `members` lists them now."""
 
     def __init__(self, namespace: Namespace, candidate: int):
         self.namespace, self.candidate = namespace, candidate
-        self._kept: dict[tuple[int, int], tuple[int, int]] = {}     # (pid, tid): (children fd, comm fd)
+        self._kept: dict[tuple[int, int], _Kept] = {}        # by (pid, tid)
+        self._now = 0.0                # when this walk started
         self._swept = False            # this walk has closed the kept files of ended threads already
-        self._parent = self._open(f"/proc/{namespace.parent}/task/{namespace.parent}/children")
+        self._parent = _open(f"/proc/{namespace.parent}/task/{namespace.parent}/children")
 
     def members(self) -> set[int]:
         """The pids of the candidate's processes, in the judge's PID namespace, as the walk found them."""
         ns = self.namespace
-        self._swept = False
+        self._now, self._swept = time.monotonic(), False
         try:
             roots = set(_pids(_pread(self._parent))) if self._parent >= 0 else set()
         except OSError:
@@ -117,19 +134,21 @@ class Tree:
         kept = self._kept.get((pid, tid))
         if kept is not None:
             try:
-                data = _pread(kept[0])
-                os.pread(kept[1], 64, 0)            # fails once the thread the files name has ended
+                data = _pread(kept.children)
+                if self._now - kept.checked > FRESH_S:
+                    os.pread(kept.comm, 64, 0)          # fails once the thread the files name has ended
+                    kept.checked = self._now
                 return _pids(data)
             except OSError:
-                self._close((pid, tid))             # stale: its tid may be another thread's now
+                self._close((pid, tid))                 # stale: its tid may be another thread's now
         if len(self._kept) >= KEEP and not self._swept:
-            self._forget_ended()
+            self._close_ended()
             self._swept = True
         if len(self._kept) < KEEP:
-            children = self._open(f"/proc/{pid}/task/{tid}/children")
-            comm = self._open(f"/proc/{pid}/task/{tid}/comm") if children >= 0 else -1
+            children = _open(f"/proc/{pid}/task/{tid}/children")
+            comm = _open(f"/proc/{pid}/task/{tid}/comm") if children >= 0 else -1
             if comm >= 0:
-                self._kept[(pid, tid)] = (children, comm)
+                self._kept[(pid, tid)] = _Kept(children, comm, self._now)
                 try:
                     return _pids(_pread(children))
                 except OSError:
@@ -138,24 +157,18 @@ class Tree:
                 os.close(children)
         return _pids(_read(f"/proc/{pid}/task/{tid}/children"))
 
-    @staticmethod
-    def _open(path: str) -> int:
-        try:
-            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return -1
-
-    def _forget_ended(self) -> None:
+    def _close_ended(self) -> None:
         """Close the kept files of threads that have ended (their slots go to live ones)."""
-        for key, (_, comm) in list(self._kept.items()):
+        for key, kept in list(self._kept.items()):
             try:
-                os.pread(comm, 64, 0)
+                os.pread(kept.comm, 64, 0)
             except OSError:
                 self._close(key)
 
     def _close(self, key: tuple[int, int]) -> None:
-        for fd in self._kept.pop(key):
-            os.close(fd)
+        kept = self._kept.pop(key)
+        os.close(kept.children)
+        os.close(kept.comm)
 
     def close(self) -> None:
         """Close every kept descriptor (the candidate has ended)."""
@@ -164,6 +177,13 @@ class Tree:
         if self._parent >= 0:
             os.close(self._parent)
             self._parent = -1
+
+
+def _open(path: str) -> int:
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return -1
 
 
 def _threads(pid: int) -> list[int]:
