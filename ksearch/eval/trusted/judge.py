@@ -266,10 +266,12 @@ class Judge:
                 c.died = True
                 raise self._died(c) from None
             header, _ = self._receive(c)
-            # Inside the clock: two reads of the candidate's cgroup.procs, a pidfd and a signal per process
-            # (tests/adversarial/test_stop_by_cgroup.py prints it: 30-90 µs median on the shared 2-core CPU
-            # host, where stopping the process group took 3-8 µs). Waiting until the signals have landed
-            # (settle, 35-80 µs more there) comes after the clock, before the judge reads the inputs.
+            # Inside the clock: two listings of the candidate's processes (its cgroup.procs; without a control
+            # group, its PID namespace's tree, every thread's children), a pidfd and a signal per process
+            # (tests/adversarial/test_stop_by_cgroup.py prints it: 30-90 µs median by control group on the
+            # shared 2-core CPU host, 130-140 µs by the tree for a candidate of 20 threads, where stopping the
+            # process group took 4-13 µs). Waiting until the signals have landed (settle, 35-80 µs more
+            # there, a few hundred for 20 threads) comes after the clock, before the judge reads the inputs.
             held = self._stop([c])
             outs = shared.take_outputs()
             ms = (time.perf_counter() - t0) * 1e3
