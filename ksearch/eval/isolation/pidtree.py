@@ -21,7 +21,8 @@ the namespace ends, and the walk lists it (stopping it does nothing; each costs 
 
 Cost: the stop after a reply is inside the judge's clock. A /proc file opened once keeps naming the thread
 it was opened for, and reading it again from offset 0 (pread) costs a tenth of open, read and close, so the
-walk keeps each thread's children file open between walks (with its comm file, up to KEEP threads a tree).
+walk keeps each thread's children file open between walks (with its comm file, up to KEEP threads a tree,
+and in all trees together a quarter of the judge's descriptor limit: the judge must not run out of them).
 A kept file goes stale when its thread ends, and another thread of the same process may get its tid; that
 takes the host's pids to come round once (tens of thousands of forks), never within FRESH_S. A kept file
 checked less than FRESH_S ago is read as it is (the stop's second walk, microseconds after its first);
@@ -32,12 +33,16 @@ path. The list of a process's threads is read by path every walk.
 from __future__ import annotations
 
 import os
+import resource
 import time
 from dataclasses import dataclass
 
-KEEP = 64                  # threads whose files a tree keeps open (two descriptors each)
+KEEP = 32                  # threads whose files a tree keeps open (two descriptors each)
 FRESH_S = 0.001            # how long a kept file checked to name a live thread is read unchecked
 _CHUNK = 1 << 16
+_SOFT = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+# threads whose files all trees keep open together: a quarter of the descriptor limit, two a thread
+KEEP_ALL = (_SOFT if _SOFT != resource.RLIM_INFINITY else 1 << 16) // 8
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,8 @@ class _Kept:
 class Tree:
     """Every process of one candidate's PID namespace but its init; `members` lists them now."""
 
+    kept_all = 0                   # threads whose files all trees of this process keep open
+
     def __init__(self, namespace: Namespace, candidate: int):
         self.namespace, self.candidate = namespace, candidate
         self._kept: dict[tuple[int, int], _Kept] = {}        # by (pid, tid)
@@ -144,11 +151,12 @@ class Tree:
         if len(self._kept) >= KEEP and not self._swept:
             self._close_ended()
             self._swept = True
-        if len(self._kept) < KEEP:
+        if len(self._kept) < KEEP and Tree.kept_all < KEEP_ALL:
             children = _open(f"/proc/{pid}/task/{tid}/children")
             comm = _open(f"/proc/{pid}/task/{tid}/comm") if children >= 0 else -1
             if comm >= 0:
                 self._kept[(pid, tid)] = _Kept(children, comm, self._now)
+                Tree.kept_all += 1
                 try:
                     return _pids(_pread(children))
                 except OSError:
@@ -167,6 +175,7 @@ class Tree:
 
     def _close(self, key: tuple[int, int]) -> None:
         kept = self._kept.pop(key)
+        Tree.kept_all -= 1
         os.close(kept.children)
         os.close(kept.comm)
 
