@@ -114,6 +114,8 @@ def test_a_process_that_left_its_group_is_stopped_while_a_rival_is_timed(judge, 
         during = progress(escaped)
     finally:
         frozen.resume()
+        for holder in ways.values():
+            holder.close()
     after = progress(escaped)
     assert after > 0.05
     if by == "process group":
@@ -152,6 +154,8 @@ def test_the_stop_inside_the_clock_stays_cheap(judge, spawner):
             _signal_groups(groups, signal.SIGCONT)
     finally:
         frozen.resume()
+        for holder in ways.values():
+            holder.close()
     print(f"\nthe stop inside the clock, a candidate of {threads} threads (median of 40; max; then, after the "
           f"clock, until every thread has stopped):")
     for by, times in stops.items():
