@@ -63,8 +63,8 @@ Interface (for the evaluator)
   gives up all capabilities (bounding set included) and sets no_new_privs (`drop_capabilities=True`, the
   default): native code cannot mount, unshare, setns, ptrace or load modules (and the seccomp filter kills a
   process that tries). The judge stops a candidate without a control group by its namespace's process tree
-  (`child.namespace`, ksearch.eval.isolation.pidtree). With "subreaper" the zygote reaps and kills every orphan. Either way `wait()`
-  reports the exit only after the child's descendants are gone.
+  (`child.namespace`, ksearch.eval.isolation.pidtree). With "subreaper" the zygote reaps and kills every
+  orphan. Either way `wait()` reports the exit only after the child's descendants are gone.
 - If the zygote dies, its children die with it (PR_SET_PDEATHSIG) and the next spawn starts a new one.
 
 The per-child overhead (fork, namespaces, set-up, until target runs, plus reaping) is measured by
