@@ -97,7 +97,7 @@ def test_a_process_that_left_the_process_group_is_stopped_and_continued(server, 
         [escaped] = stopping._procs(child.groups[0]) - {child.pid}
         assert os.getpgid(escaped) != os.getpgid(child.pid) and os.getsid(escaped) != os.getsid(child.pid)
 
-        held = stopping.stop(child.groups)
+        held = stopping.stop(stopping.ControlGroup(child.groups[0]))
         try:
             assert held.settle(1.0)
             assert set(held.fds) == {child.pid, escaped}
@@ -122,7 +122,7 @@ def test_a_process_that_keeps_moving_to_new_pids_is_caught(server, tmp_path):
     assert child.conn.poll(60) and child.conn.recv() == "started", child.output()[0][-3000:]
     try:
         time.sleep(0.1)
-        held = stopping.stop(child.groups)
+        held = stopping.stop(stopping.ControlGroup(child.groups[0]))
         try:
             assert held.settle(1.0)
             listed = stopping._procs(child.groups[0])
@@ -163,7 +163,7 @@ def test_a_pid_gone_from_the_group_before_it_is_signalled_is_left_alone(tmp_path
     group = listing(tmp_path, outsider)
     reads = iter([{outsider}, set(), set()])
     monkeypatch.setattr(stopping, "_procs", lambda g: next(reads, set()))
-    held = stopping.stop((group,))
+    held = stopping.stop(stopping.ControlGroup(group))
     assert held.fds == {}
     time.sleep(0.05)
     assert state(outsider) != "T"
@@ -172,7 +172,7 @@ def test_a_pid_gone_from_the_group_before_it_is_signalled_is_left_alone(tmp_path
 def test_settle_stops_a_late_process_and_one_that_was_continued(tmp_path, sleepers):
     first, late = sleepers(), sleepers()
     group = listing(tmp_path, first)
-    held = stopping.stop((group,))
+    held = stopping.stop(stopping.ControlGroup(group))
     try:
         assert held.settle(1.0) and state(first) == "T"
         listing(tmp_path, first, late)            # appeared after the stop (a fork in progress)
@@ -187,7 +187,7 @@ def test_settle_stops_a_late_process_and_one_that_was_continued(tmp_path, sleepe
 def test_resume_continues_exactly_what_was_stopped(tmp_path, sleepers):
     ours, stopped_before = sleepers(), sleepers()
     group = listing(tmp_path, ours)
-    held = stopping.stop((group,))
+    held = stopping.stop(stopping.ControlGroup(group))
     assert wait_for(lambda: state(ours) == "T")
     os.kill(stopped_before, 19)                     # SIGSTOP by someone else, listed only afterwards
     listing(tmp_path, ours, stopped_before)
@@ -205,7 +205,7 @@ def test_without_a_pidfd_the_pid_is_signalled_once_confirmed(tmp_path, sleepers,
         raise OSError(errno.EMFILE, "Too many open files")
 
     monkeypatch.setattr(os, "pidfd_open", no_descriptors)
-    held = stopping.stop((listing(tmp_path, pid),))
+    held = stopping.stop(stopping.ControlGroup(listing(tmp_path, pid)))
     assert held.fds == {pid: -1}
     assert held.settle(1.0) and state(pid) == "T"
     held.resume()
@@ -215,7 +215,7 @@ def test_without_a_pidfd_the_pid_is_signalled_once_confirmed(tmp_path, sleepers,
 def test_past_the_pidfds_it_keeps_a_process_is_continued_by_pid(tmp_path, sleepers, monkeypatch):
     monkeypatch.setattr(stopping, "KEEP", 2)
     pids = [sleepers() for _ in range(4)]
-    held = stopping.stop((listing(tmp_path, *pids),))
+    held = stopping.stop(stopping.ControlGroup(listing(tmp_path, *pids)))
     assert held.kept == 2 and sorted(fd >= 0 for fd in held.fds.values()) == [False, False, True, True]
     assert held.settle(1.0) and all(state(pid) == "T" for pid in pids)
     held.resume()
@@ -223,6 +223,6 @@ def test_past_the_pidfds_it_keeps_a_process_is_continued_by_pid(tmp_path, sleepe
 
 
 def test_a_group_that_is_gone_stops_nothing(tmp_path):
-    held = stopping.stop((str(tmp_path / "removed"),))
+    held = stopping.stop(stopping.ControlGroup(str(tmp_path / "removed")))
     assert held.fds == {} and held.settle(0.1)
     held.resume()

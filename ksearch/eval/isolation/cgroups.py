@@ -16,7 +16,8 @@ child it makes one group in each (`make`, named after the fork server and the ch
 first thing in its walls, while it is still root (`join`), and the fork server removes them once the child
 and its namespace are gone (`remove`). Where no hierarchy is writable (a container's read-only /sys/fs/cgroup,
 not root), the walls' description says so and these limits are missing: memory then has only the address-space
-cap (CPU), tasks no limit, and the judge stops the candidate's process group, which its processes can leave.
+cap (CPU), tasks no limit, and the judge stops the candidate by its PID namespace's process tree where it has
+one (ksearch.eval.isolation.pidtree), else by its process group, which its processes can leave.
 """
 
 from __future__ import annotations

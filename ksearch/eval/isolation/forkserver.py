@@ -16,6 +16,7 @@ Interface (for the evaluator)
     code = child.wait(timeout)          # exit code, -signal, or None while it runs
     child.kill()                        # it and every process it started are gone when this returns
     child.groups                        # its control groups, () where there are none (ksearch.eval.isolation.stopping)
+    child.namespace                     # its PID namespace (pidtree.Namespace: init and fork server), None without one
     child.exit_description()            # "exited, exit code 0" / "killed by SIGSEGV (segmentation fault)"
     text, nbytes = child.output()       # first 4 KiB and last 12 KiB of its fd 1 and 2
     child.audit_violations()            # "ksearch-audit: refused ..." lines, read from the stream as it flowed
@@ -41,6 +42,8 @@ Interface (for the evaluator)
 - Harness code that runs in the child after the hook (the target) belongs in ksearch/: the hook counts
   files of the ksearch package as the evaluator's, and files anywhere else (tests/, the scratch dir,
   "<string>") as candidate code. Preload the target's module: importing it in every child costs time.
+- Control groups (ksearch.eval.isolation.cgroups, `cgroups=True`, the default, part of the walls): one per
+  child where the host lets root make one; `cgroups=False` makes none (tests of what the judge does without).
 - Walls (ksearch.eval.isolation.walls, `walls=True`, the default): the zygote probes once what the kernel allows
   (`walls_plan`, described in `isolation_note`), and every child applies it right after the fork: its own
   mount namespace (read-only, a tmpfs scratch of `scratch_bytes`, a private /dev/shm, `hidden` folders
@@ -59,8 +62,9 @@ Interface (for the evaluator)
   has a mount namespace with its own /proc (the judge's /proc/PID cannot be named). Every child then
   gives up all capabilities (bounding set included) and sets no_new_privs (`drop_capabilities=True`, the
   default): native code cannot mount, unshare, setns, ptrace or load modules (and the seccomp filter kills a
-  process that tries). With "subreaper" the zygote reaps and kills every orphan. Either way `wait()`
-  reports the exit only after the child's descendants are gone.
+  process that tries). The judge stops a candidate without a control group by its namespace's process tree
+  (`child.namespace`, ksearch.eval.isolation.pidtree). With "subreaper" the zygote reaps and kills every
+  orphan. Either way `wait()` reports the exit only after the child's descendants are gone.
 - If the zygote dies, its children die with it (PR_SET_PDEATHSIG) and the next spawn starts a new one.
 
 The per-child overhead (fork, namespaces, set-up, until target runs, plus reaping) is measured by
@@ -88,7 +92,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ksearch.eval.isolation import cgroups, reaper
+from ksearch.eval.isolation import cgroups, pidtree, reaper
 from ksearch.eval.parent.worker_handle import OutputCapture, describe_exit
 
 AUDIT_PREFIX = "ksearch-audit: refused"
@@ -142,6 +146,7 @@ class Child:
     capture: ChildOutput
     server: ForkServer
     groups: tuple[str, ...] = ()    # its control groups (ksearch.eval.isolation.cgroups): () where none are made
+    namespace: pidtree.Namespace | None = None      # its PID namespace ("namespaces" isolation), by its init
     spawned_at: float = field(default_factory=time.perf_counter)
     returncode: int | None = None
     ended_at: float | None = None
@@ -199,7 +204,7 @@ class ForkServer:
     def __init__(self, preload: list[str] | None = None, interpret: bool = False,
                  memory_limit_bytes: int | None = None, isolation: str = "auto", startup_timeout: float = 300.0,
                  drop_capabilities: bool = True, private_proc: bool = True, walls: bool = True,
-                 scratch_bytes: int | None = None, shm_bytes: int | None = None):
+                 scratch_bytes: int | None = None, shm_bytes: int | None = None, cgroups: bool = True):
         if isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be one of {ISOLATIONS}, not {isolation!r}")
         self.preload = list(preload or [])
@@ -209,6 +214,7 @@ class ForkServer:
         self.drop_capabilities = drop_capabilities
         self.private_proc = private_proc      # False: keep the host's /proc (should a driver need it)
         self.walls = walls                    # False: none of ksearch.eval.isolation.walls (tests that need the host's view)
+        self.cgroups = cgroups                # False: no control groups even where root may make them
         self.scratch_bytes = scratch_bytes
         self.shm_bytes = shm_bytes
         self.walls_plan: Any = None           # the walls.WallsPlan the zygote probed
@@ -245,7 +251,7 @@ class ForkServer:
                   "memory_limit": self.memory_limit_bytes, "preload": self.preload,
                   "isolation": self.requested_isolation, "drop_capabilities": self.drop_capabilities,
                   "private_proc": self.private_proc, "walls": self.walls, "scratch_bytes": self.scratch_bytes,
-                  "shm_bytes": self.shm_bytes}
+                  "shm_bytes": self.shm_bytes, "cgroups": self.cgroups}
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "ksearch.eval.isolation.zygote", json.dumps(config)],
@@ -413,8 +419,9 @@ class ForkServer:
             conn.close()
             why = box[0][2] if box else f"no answer within {timeout:.0f}s"
             raise ForkServerError(f"the fork server could not start a child: {why}")
-        spawned: tuple[str, int, int, tuple[str, ...]] = box[0]       # ("spawned", cid, pid, control groups)
-        child = Child(cid, spawned[2], conn, capture, self, groups=spawned[3])
+        # ("spawned", cid, pid, control groups, PID namespace)
+        spawned: tuple[str, int, int, tuple[str, ...], pidtree.Namespace | None] = box[0]
+        child = Child(cid, spawned[2], conn, capture, self, groups=spawned[3], namespace=spawned[4])
         with self._lock:
             if cid in self._early_exits:
                 child._finish(self._early_exits.pop(cid))
@@ -564,7 +571,8 @@ class Zygote:
         self.by_pid[pid] = rec
         if init is not None:
             self.by_pid[init] = rec
-        self.send(("spawned", cid, pid, groups))
+        namespace = pidtree.Namespace(init, self.me) if init is not None else None
+        self.send(("spawned", cid, pid, groups, namespace))
 
     def _fork(self, conn_fd: int, out_fd: int, spec: tuple[Any, ...]) -> int:
         pid = os.fork()
@@ -809,11 +817,13 @@ def zygote_main(argv: list[str] | None = None) -> None:
             if plan.seccomp:
                 from ksearch.eval.isolation import seccomp
                 seccomp.build()           # assembled once here; every child inherits it
-            cgroup_plan, why = cgroups.probe(config.get("memory_limit") if config.get("interpret") else None)
+            cgroup_plan, why = (cgroups.probe(config.get("memory_limit") if config.get("interpret") else None)
+                                if config.get("cgroups", True) else (None, "no control groups (not asked for)"))
             if cgroup_plan is not None:
                 cgroups.remove_stale(cgroup_plan, reaper.alive)
             if why:
-                why += " (the judge stops a candidate by its process group, which its processes can leave)"
+                from ksearch.eval.isolation import stopping
+                why += f" ({stopping.fallback(isolation == 'namespaces')})"
             plan = replace(plan, cgroups=cgroup_plan.describe() if cgroup_plan else "",
                            notes=plan.notes + ((why,) if why else ()))
         threads = len(os.listdir("/proc/self/task"))

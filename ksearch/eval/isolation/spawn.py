@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ksearch.eval.candidate.audit import REFUSED_EXIT
+from ksearch.eval.isolation import stopping
 
 SCRATCH_PREFIX = "ksearch_scratch_"
 
@@ -43,12 +44,17 @@ class SpawnedCandidate:
         self._child, self.scratch = child, scratch
         self.conn = child.conn
         self.pid = getattr(child, "pid", None)
-        self.groups: tuple[str, ...] = getattr(child, "groups", ())    # its control groups: the judge stops it by them
+        self.groups: tuple[str, ...] = getattr(child, "groups", ())    # its control groups
+        self.namespace = getattr(child, "namespace", None)              # its PID namespace (pidtree.Namespace)
+        # What the judge stops it by (control group, else the namespace's tree); None: its process group.
+        self.holder: stopping.Holder | None = stopping.holder_for(self.groups, self.namespace, self.pid)
 
     def kill(self) -> None:
         try:
             self._child.kill()
         finally:
+            if self.holder is not None:
+                self.holder.close()
             shutil.rmtree(self.scratch, ignore_errors=True)
 
     def exit_description(self) -> str:

@@ -1,4 +1,5 @@
-"""Stopping a candidate and every process it started, by its control group, and continuing exactly those.
+"""Stopping a candidate and every process it started, by its control group (else its PID namespace), and
+continuing exactly those.
 
 Why: the judge stops the other candidates of a job while one is timed, and the timed one from its reply until
 it has read what it verifies. A process group cannot hold them: a process the candidate starts may call setsid
@@ -28,8 +29,11 @@ clock. The signals cost a few reads of a small file and one system call per proc
 (`settle`) can come after the clock has stopped. cgroup v1's freezer is also a hierarchy of its own, which
 the fork server would have to make groups in as well.
 
-Where a candidate has no control group (the fork server is not root, no hierarchy is writable), the judge
-falls back to its process group, which a process the candidate starts can leave.
+Where a candidate has no control group (no hierarchy is writable, as in the GPU hosts' containers) but a PID
+namespace of its own (the fork server is root), the same loop reads the namespace's process tree instead of
+cgroup.procs (ksearch.eval.isolation.pidtree): `holder_for` picks what holds the candidate. Where it has
+neither (the fork server is not root), or the kernel does not list a thread's children in /proc, the judge
+falls back to its process group, which a process the candidate starts can leave (`fallback`).
 """
 
 from __future__ import annotations
@@ -39,10 +43,13 @@ import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-MAX_ROUNDS = 64            # reads of cgroup.procs in one stop; each stops what it found new (up to BATCH)
+from ksearch.eval.isolation import pidtree
+
+MAX_ROUNDS = 64            # listings (cgroup.procs, the tree) in one stop; each stops what it found new (up to BATCH)
 BATCH = 256                # pidfds open at once while a round confirms them
-KEEP = 32                  # pidfds kept per group until resume; beyond, a stopped process is continued by pid
+KEEP = 32                  # pidfds kept per candidate until resume; beyond, a stopped process is continued by pid
 SETTLE_S = 0.05            # how long settle waits for the signals to land (a thread in the kernel may take a while)
 _STOPPED_STATES = frozenset(b"tTZX")      # stopped, traced (also held), or gone
 
@@ -61,6 +68,49 @@ def _procs(group: str) -> set[int]:
         return {int(p) for p in b"".join(chunks).split()}
     except (OSError, ValueError):
         return set()
+
+
+class Holder(Protocol):
+    """What holds every process of a candidate, whatever it does to its session or process group."""
+
+    def members(self) -> set[int]:
+        """The pids of its processes now (in the reader's PID namespace)."""
+        ...
+
+    def close(self) -> None:
+        """Let go of what listing them kept (the candidate has ended)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ControlGroup:
+    """A candidate's control group (the first of its hierarchies: they all hold the same processes)."""
+
+    path: str
+
+    def members(self) -> set[int]:
+        return _procs(self.path)
+
+    def close(self) -> None:
+        pass
+
+
+def holder_for(groups: Sequence[str], namespace: pidtree.Namespace | None, pid: int | None) -> Holder | None:
+    """What the judge stops a candidate by: its control group, else its PID namespace's process tree (where
+    the kernel lists threads' children), else None (its process group, which its processes can leave)."""
+    if groups:
+        return ControlGroup(groups[0])
+    if namespace is not None and pid and pidtree.available(namespace.init):
+        return pidtree.Tree(namespace, pid)
+    return None
+
+
+def fallback(namespaces: bool) -> str:
+    """How the judge stops a candidate that has no control group, for the walls' description."""
+    if namespaces and pidtree.available(os.getpid()):
+        return "the judge stops a candidate by its PID namespace's process tree"
+    why = " (no /proc/PID/task/TID/children here: CONFIG_PROC_CHILDREN is off)" if namespaces else ""
+    return f"the judge stops a candidate by its process group, which its processes can leave{why}"
 
 
 def _send(pid: int, fd: int, sig: int) -> bool:
@@ -94,14 +144,14 @@ def _threads_stopped(pid: int) -> bool:
 
 @dataclass
 class Stopped:
-    """The processes of one control group that `stop` stopped: {pid: pidfd (-1: signalled by pid)}."""
+    """The processes of one candidate that `stop` stopped: {pid: pidfd (-1: signalled by pid)}."""
 
-    group: str
+    holder: Holder
     fds: dict[int, int] = field(default_factory=dict)
     kept: int = 0                  # how many of fds are open pidfds
 
     def _stop_new(self, listed: set[int]) -> set[int]:
-        """Stop the processes in `listed` not stopped yet, as the module says; returns the group's last listing."""
+        """Stop the processes in `listed` not stopped yet, as the module says; returns the holder's last listing."""
         for _ in range(MAX_ROUNDS):
             new = sorted(listed - self.fds.keys())[:BATCH]
             if not new:
@@ -114,7 +164,7 @@ class Stopped:
                     continue                          # gone already
                 except OSError:
                     opened[pid] = -1                  # no pidfd (out of descriptors): by pid, checked the same way
-            listed = _procs(self.group)
+            listed = self.holder.members()
             for pid, fd in opened.items():
                 if pid in listed and _send(pid, fd, signal.SIGSTOP):
                     if fd >= 0 and self.kept >= KEEP:     # a candidate with hundreds of processes must not use
@@ -127,13 +177,13 @@ class Stopped:
         return listed            # after MAX_ROUNDS, still with new pids: settle goes on
 
     def settle(self, timeout: float = SETTLE_S) -> bool:
-        """Wait until every process in the group is stopped, stopping any that appeared (a fork in progress when
+        """Wait until every process of the candidate is stopped, stopping any that appeared (a fork in progress when
         it was signalled) or was continued by one not yet stopped. False if some still ran at `timeout` (a thread
         that stays in the kernel, uninterruptibly, stops only when it leaves)."""
         deadline = time.monotonic() + timeout
         pause = 0.0
         while True:
-            listed = self._stop_new(_procs(self.group))
+            listed = self._stop_new(self.holder.members())
             running = [pid for pid in listed if pid in self.fds and not _threads_stopped(pid)]
             if not running and not listed - self.fds.keys():
                 return True
@@ -161,11 +211,10 @@ class Stopped:
                 os.close(fd)
 
 
-def stop(groups: Sequence[str]) -> Stopped:
-    """SIGSTOP every process in a candidate's control group (`groups`: its groups, one per hierarchy; all hold
-    the same processes, the first is read). Cheap: a few reads of cgroup.procs and a signal per process; call
-    `settle` (outside any clock) to be sure they all have stopped, and `resume` to continue them."""
-    held = Stopped(groups[0]) if groups else Stopped("")
-    if groups:
-        held._stop_new(_procs(held.group))
+def stop(holder: Holder) -> Stopped:
+    """SIGSTOP every process `holder` lists (a candidate's control group or PID namespace, `holder_for`).
+    Cheap: a few listings and a signal per process; call `settle` (outside any clock) to be sure they all have
+    stopped, and `resume` to continue them."""
+    held = Stopped(holder)
+    held._stop_new(holder.members())
     return held

@@ -42,7 +42,8 @@ readable, /dev/shm is the host's), the candidate keeps the user's uid; Landlock 
 enabled) still confines writes to the scratch folder, blocks creating /dev/shm segments, TCP and signals to
 other processes, and seccomp still kills the escape calls. Without Landlock either, only the audit hook
 stands between native code and the user's files. Without a control group (not root, or no writable
-hierarchy) the judge stops a candidate by its process group, which a process it starts can leave.
+hierarchy) the judge stops a candidate by its PID namespace's process tree (root: ksearch.eval.isolation.pidtree),
+and only without that either by its process group, which a process it starts can leave.
 """
 
 from __future__ import annotations

@@ -266,10 +266,12 @@ class Judge:
                 c.died = True
                 raise self._died(c) from None
             header, _ = self._receive(c)
-            # Inside the clock: two reads of the candidate's cgroup.procs, a pidfd and a signal per process
-            # (tests/adversarial/test_stop_by_cgroup.py prints it: 30-90 µs median on the shared 2-core CPU
-            # host, where stopping the process group took 3-8 µs). Waiting until the signals have landed
-            # (settle, 35-80 µs more there) comes after the clock, before the judge reads the inputs.
+            # Inside the clock: two listings of the candidate's processes (its cgroup.procs; without a control
+            # group, its PID namespace's tree, every thread's children), a pidfd and a signal per process
+            # (tests/adversarial/test_stop_by_cgroup.py prints it: 30-90 µs median by control group on the
+            # shared 2-core CPU host, 130-140 µs by the tree for a candidate of 20 threads, where stopping the
+            # process group took 4-13 µs). Waiting until the signals have landed (settle, 35-80 µs more
+            # there, a few hundred for 20 threads) comes after the clock, before the judge reads the inputs.
             held = self._stop([c])
             outs = shared.take_outputs()
             ms = (time.perf_counter() - t0) * 1e3
@@ -290,14 +292,15 @@ class Judge:
         return held
 
     def _stop(self, cands: list[_Cand]) -> _Held:
-        """SIGSTOP these candidates by their control groups (ksearch.eval.isolation.stopping), which hold every
-        process they started; a candidate without one (no control groups here) by its process group, which a
-        process it started can leave (setsid, setpgid)."""
+        """SIGSTOP these candidates by what holds every process they started (ksearch.eval.isolation.stopping):
+        their control groups, else their PID namespaces' process trees (the child's `holder`, picked in that
+        order by stopping.holder_for); a candidate with neither by its process group, which a process it
+        started can leave (setsid, setpgid)."""
         held, by_process_group = _Held(), []
         for c in cands:
-            groups = getattr(c.child, "groups", ()) if c.child is not None else ()
-            if groups:
-                held.stopped.append(stopping.stop(groups))
+            holder = getattr(c.child, "holder", None) if c.child is not None else None
+            if holder is not None:
+                held.stopped.append(stopping.stop(holder))
             else:
                 by_process_group.append(c)
         held.process_groups = self._groups(by_process_group)
@@ -998,13 +1001,13 @@ def _ended(sock: socket.socket) -> bool:
 
 @dataclass
 class _Held:
-    """What the judge stopped: candidates' control groups, and process groups where a candidate has none."""
+    """What the judge stopped: candidates by their control groups or PID namespaces, else by process groups."""
 
     stopped: list[stopping.Stopped] = field(default_factory=list)
     process_groups: list[int] = field(default_factory=list)
 
     def settle(self) -> None:
-        """Wait until every process of the control groups has stopped (see stopping.Stopped.settle)."""
+        """Wait until every process stopped by its holder has stopped (see stopping.Stopped.settle)."""
         for held in self.stopped:
             held.settle()
 
@@ -1016,7 +1019,7 @@ class _Held:
 
 
 def _signal_groups(groups: list[int], sig: int) -> None:
-    """The fallback where a candidate has no control group: signal its process group."""
+    """The fallback where a candidate has neither a control group nor a PID namespace: its process group."""
     for group in groups:
         try:
             os.killpg(group, sig)
