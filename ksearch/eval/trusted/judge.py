@@ -62,7 +62,7 @@ from typing import Any
 import torch
 
 from ksearch.eval import wire
-from ksearch.eval.clocks.gputime import per_call_ms
+from ksearch.eval.clocks.gputime import WAKE_MS, per_call_ms
 from ksearch.eval.clocks.noise import noise_floor, relative_spread
 from ksearch.eval.isolation import stopping
 from ksearch.eval.report import CANDIDATE_STATUSES, EvalReport, Metric, Status, TimingMethod, WorkloadResult
@@ -239,11 +239,12 @@ class Judge:
         header, values = self._receive(c)
         return header, values, (time.perf_counter() - t0) * 1e3
 
-    def timed(self, c: _Cand, req: dict[str, Any], shared: exchange.SharedCall, inputs: dict[str, Any] | None = None
-              ) -> tuple[dict[str, Any], list[torch.Tensor], float, str | None]:
+    def timed(self, c: _Cand, req: dict[str, Any], shared: exchange.SharedCall, inputs: dict[str, Any] | None = None,
+              wake_ms: float = 0.0) -> tuple[dict[str, Any], list[torch.Tensor], float, str | None]:
         """The judge's clock: from handing over the request and its shared memory to holding a copy of the
         output slots. The candidate's process is stopped from its reply until the judge has also compared the
         shared inputs with `inputs`: whatever it does after the clock cannot touch what the judge reads.
+        On the GPU the clock starts after a wake of at least `wake_ms` (gputime.wake; 0: one round of writes).
         Returns (the reply's header, the outputs' copy, ms, the first input the call changed or None)."""
         self._no_unasked(c)
         frozen = self._freeze_others(c)
@@ -256,7 +257,7 @@ class Judge:
             # window, took 6-53 ms where the judge's own measurement of it said 3, and the difference was
             # charged to the candidate's calls (GQA decode scored 0.7x instead of ~1.2x).
             from ksearch.eval.clocks.gputime import wake
-            wake()
+            wake(min_ms=wake_ms)
         try:
             t0 = time.perf_counter()
             try:
@@ -545,8 +546,10 @@ class Judge:
         flat = [r for ref in refs for r in ref]
         layout = exchange.plan(None, (), flat, self.names * n_sets)
         with exchange.SharedCall(layout) as shared:
+            # A window is the GPU-time clock: the GPU is kept busy long enough before it for its clocks to be
+            # back at speed (gputime.WAKE_MS), as when the judge measured its own costs (`_reveal_ms`).
             header, outs, ms, _ = self.timed(c, {"op": "window", "mode": mode, "seeds": seeds, "n": n,
-                                              "layout": layout}, shared)
+                                              "layout": layout}, shared, wake_ms=WAKE_MS)
         if not self.expect_ok(c, header, w.name):
             return None
         k = len(self.names)
