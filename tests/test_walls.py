@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import resource
 import signal
 import uuid
 from pathlib import Path
@@ -38,6 +39,7 @@ def look_around(conn, payload: dict) -> None:
     report = {
         "uid": os.getuid(), "gid": os.getgid(), "cap_eff": int(status["CapEff"], 16),
         "no_new_privs": status["NoNewPrivs"].strip(), "seccomp": status["Seccomp"].strip(),
+        "nproc": list(resource.getrlimit(resource.RLIMIT_NPROC)),
         "scratch": _try_write(os.path.join(os.getcwd(), "inside.txt")),
         "tmp": _try_write(payload["outside"]),
         "repo": _try_write(str(Path(payload["repo"]) / f"ksearch_walls_{uuid.uuid4().hex[:6]}.txt")),
@@ -141,6 +143,9 @@ def test_root_runs_it_as_nobody_in_a_read_only_world(server, tmp_path):
     report, _, _ = _look(server, tmp_path)
     if plan.uid is not None:
         assert (report["uid"], report["gid"]) == (walls.NOBODY, walls.NOBODY)
+        # nobody's tasks are capped by the kernel even where no control group counts them
+        assert plan.uid_tasks == walls.uid_tasks_cap() and report["nproc"] == [plan.uid_tasks] * 2
+        assert f"its tasks capped at {plan.uid_tasks}" in server.isolation_note
     for key in ("tmp", "repo", "core_pattern", "cgroup", "baseline_cache"):
         assert report[key] in ("Read-only file system", "Permission denied"), (key, report)
 

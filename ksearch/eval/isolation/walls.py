@@ -23,7 +23,9 @@ candidate code is imported, in this order:
      channel to later candidates, host memory never given back);
 2. an unprivileged uid and gid (nobody), when that uid can read everything the candidate needs (probed
    once); else the candidate keeps uid 0 without any capability (which, with every mount read-only, still
-   writes nothing outside its scratch);
+   writes nothing outside its scratch). As nobody its tasks are also capped by RLIMIT_NPROC (`uid_tasks_cap`):
+   the kernel counts every task of that uid, zombies its namespace's init never reaps included, so a host
+   without a control group (the H100 of 2026-12-05) still keeps PIDs for the judge;
 3. no capabilities at all (bounding and ambient sets emptied), no_new_privs;
 4. Landlock (ksearch.eval.isolation.landlock): writes only in the scratch folder (and a private /dev/shm) and to
    device files; no TCP; no signals or abstract sockets outside its domain;
@@ -51,6 +53,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import resource
 import shutil
 import stat
 import sys
@@ -91,6 +94,7 @@ class WallsPlan:
     scratch_bytes: int = SCRATCH_BYTES
     shm_bytes: int = SHM_BYTES
     cgroups: str = ""                   # the control group each candidate gets, described ("": none)
+    uid_tasks: int = 0                  # RLIMIT_NPROC of `uid` (uid_tasks_cap, read in the host's PID namespace)
     notes: tuple[str, ...] = ()
 
     def describe(self) -> str:
@@ -103,7 +107,7 @@ class WallsPlan:
         elif self.private_proc:
             parts.append("private /proc")
         if self.uid is not None:
-            parts.append(f"uid {self.uid}")
+            parts.append(f"uid {self.uid}" + (f" (its tasks capped at {self.uid_tasks})" if self.uid_tasks else ""))
         elif os.geteuid() == 0:
             parts.append("uid 0 without capabilities")
         if self.drop_caps:
@@ -309,6 +313,20 @@ def _give_output_pipes(uid: int, gid: int) -> None:
             pass
 
 
+def uid_tasks_cap() -> int:
+    """RLIMIT_NPROC for the candidates' uid: a quarter of the host's PIDs, within [PIDS_MAX, 4 x PIDS_MAX].
+
+    The kernel counts tasks per uid, not per candidate: candidates evaluated side by side share it (each
+    needs tens of threads: torch, Triton, CUDA), so it is wider than one control group's pids.max."""
+    from ksearch.eval.isolation.cgroups import PIDS_MAX
+
+    try:
+        pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        pid_max = 32768
+    return max(PIDS_MAX, min(4 * PIDS_MAX, pid_max // 4))
+
+
 def _drop_to(uid: int, gid: int) -> None:
     """Empty the bounding set while we may, then become uid/gid (which clears every capability)."""
     try:
@@ -342,6 +360,8 @@ def apply(plan: WallsPlan, child: ChildWalls) -> list[str]:
     _copy_seeds(child, seed_fds, target_uid, target_gid)
     if plan.uid is not None:
         _give_output_pipes(plan.uid, plan.gid if plan.gid is not None else plan.uid)
+        if plan.uid_tasks:                # enforced once it is not root
+            resource.setrlimit(resource.RLIMIT_NPROC, (plan.uid_tasks, plan.uid_tasks))
         _drop_to(plan.uid, plan.gid if plan.gid is not None else plan.uid)
         done.append("uid")
     elif plan.drop_caps:
@@ -577,6 +597,7 @@ def probe(namespaces: bool, private_proc: bool, *, want_uid: bool = True, scratc
     if not use_seccomp:
         notes.append("no seccomp filter for this architecture")
     base = WallsPlan(landlock_abi=abi, seccomp=use_seccomp, drop_caps=drop_caps, scratch_bytes=scratch_bytes,
+                     uid_tasks=uid_tasks_cap(),
                      shm_bytes=shm_bytes, private_proc=private_proc and namespaces)
     candidates: list[tuple[WallsPlan, bool]] = []
     root = os.geteuid() == 0
