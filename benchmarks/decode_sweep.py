@@ -59,12 +59,14 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
     GQA: [
         {}, {"PROGRAMS_PER_SM": 1}, {"PROGRAMS_PER_SM": 4}, {"PROGRAMS_PER_SM": 8},
         {"BLOCK_N": 32}, {"BLOCK_N": 128}, {"BLOCK_N": 128, "NUM_WARPS": 8}, {"NUM_WARPS": 8},
-        {"NUM_WARPS": 2, "BLOCK_N": 32}, {"NUM_STAGES": 1}, {"NUM_STAGES": 3}, {"NUM_STAGES": 4, "BLOCK_N": 32},
+        {"NUM_STAGES": 1}, {"NUM_STAGES": 3}, {"NUM_STAGES": 4, "BLOCK_N": 32},
         {"MIN_CHUNK": 32}, {"MIN_CHUNK": 128}, {"MIN_CHUNK": 256},
         {"PROGRAMS_PER_SM": 4, "MIN_CHUNK": 32, "BLOCK_N": 32},
         {"PROGRAMS_PER_SM": 1, "BLOCK_N": 128, "NUM_WARPS": 8},
         {"PROGRAMS_PER_SM": 4, "NUM_STAGES": 3}, {"PROGRAMS_PER_SM": 8, "MIN_CHUNK": 32, "BLOCK_N": 32},
         {"MERGE": "last_program"}, {"MERGE": "last_program", "PROGRAMS_PER_SM": 4, "MIN_CHUNK": 32, "BLOCK_N": 32},
+        {"PROGRAMS_PER_SM": 4, "MERGE_SPLIT": 2}, {"PROGRAMS_PER_SM": 8, "MERGE_SPLIT": 4},
+        {"PROGRAMS_PER_SM": 8, "MIN_CHUNK": 32, "BLOCK_N": 32, "MERGE_SPLIT": 4},
         {"CACHED_LAUNCH": False},
     ],
     MLA: [

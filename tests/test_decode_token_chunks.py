@@ -34,7 +34,8 @@ _catalogs = {name: load_catalog(t.strategies_dir, name) for name, t in _tasks.it
 
 KNOBS = {
     GQA: [{}, {"BLOCK_N": 16, "MIN_CHUNK": 16, "PROGRAMS_PER_SM": 8, "NUM_WARPS": 2, "MERGE": "last_program"},
-          {"BLOCK_N": 128, "MIN_CHUNK": 256, "PROGRAMS_PER_SM": 1, "NUM_WARPS": 8, "CACHED_LAUNCH": False}],
+          {"BLOCK_N": 128, "MIN_CHUNK": 256, "PROGRAMS_PER_SM": 1, "NUM_WARPS": 8, "CACHED_LAUNCH": False,
+           "MERGE_SPLIT": 2}],
     MLA: [{}, {"BLOCK_N": 16, "MIN_CHUNK": 16, "VALUE_SPLIT": 4, "MERGE_HEADS": 16},
           {"BLOCK_N": 64, "MIN_CHUNK": 32, "VALUE_SPLIT": 2, "MERGE": "last_program", "NUM_WARPS": 8}],
 }
@@ -104,6 +105,18 @@ def test_matches_reference_on_ragged_batches(task, knobs):
                 assert torch.all(out[b] == 0) and torch.all(torch.isneginf(lse[b])), name
             else:
                 assert torch.isfinite(lse[b]).all(), name
+
+
+@pytest.mark.parametrize("split", [2, 4])
+def test_a_merge_split_over_the_head_dimension_matches_the_reference(split):
+    """GQA's MERGE_SPLIT: each merge program takes a slice of the head dimension; only the first writes the lse."""
+    knobs = {"BLOCK_N": 16, "MIN_CHUNK": 16, "MERGE_SPLIT": split}
+    for name, lens, sms in CASES[:2]:
+        run = _module(GQA, knobs, sms)
+        assert run.__globals__["_plan"](torch.device("cpu"), len(lens), sum(lens))[2] == (len(lens), 4 * split)
+        inputs = _inputs(GQA, lens)
+        res = _check(GQA, run(**inputs), inputs)
+        assert res.passed, f"{name} {knobs}: {res.status} {res.message}"
 
 
 @pytest.mark.parametrize("task,knobs", _params())
