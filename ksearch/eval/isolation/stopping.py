@@ -185,7 +185,9 @@ class Stopped:
         while True:
             listed = self._stop_new(self.holder.members())
             running = [pid for pid in listed if pid in self.fds and not _threads_stopped(pid)]
-            if not running and not listed - self.fds.keys():
+            # Listed again only once all were seen stopped: a fork that was under way when `listed` was read
+            # has attached its child by the time its parent stops, and a stopped process starts no other.
+            if not running and not listed - self.fds.keys() and not self.holder.members() - self.fds.keys():
                 return True
             if time.monotonic() > deadline:
                 return False
