@@ -55,19 +55,8 @@ _STOPPED_STATES = frozenset(b"tTZX")      # stopped, traced (also held), or gone
 
 
 def _procs(group: str) -> set[int]:
-    """The pids listed in a group's cgroup.procs (empty once the group is gone). A bare os.read: a file object
-    costs about 5 µs more, and the read after a reply is inside the judge's clock."""
-    chunks = []
-    try:
-        fd = os.open(group + "/cgroup.procs", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            while chunk := os.read(fd, 1 << 16):
-                chunks.append(chunk)
-        finally:
-            os.close(fd)
-        return {int(p) for p in b"".join(chunks).split()}
-    except (OSError, ValueError):
-        return set()
+    """The pids listed in a group's cgroup.procs (empty once the group is gone)."""
+    return set(pidtree.pids(pidtree.read_whole(group + "/cgroup.procs")))
 
 
 class Holder(Protocol):

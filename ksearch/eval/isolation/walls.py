@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from ksearch.eval.isolation import landlock, reaper, seccomp
+from ksearch.eval.isolation.cgroups import PIDS_MAX
 
 NOBODY = 65534
 SCRATCH_BYTES = 1 << 30
@@ -318,8 +319,6 @@ def uid_tasks_cap() -> int:
 
     The kernel counts tasks per uid, not per candidate: candidates evaluated side by side share it (each
     needs tens of threads: torch, Triton, CUDA), so it is wider than one control group's pids.max."""
-    from ksearch.eval.isolation.cgroups import PIDS_MAX
-
     try:
         pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
     except (OSError, ValueError):
