@@ -43,7 +43,7 @@ def test_dry_sweep_records_every_variant_and_shape(tmp_path, capsys):
     assert "token_chunks" in text and "mix5_l50" in text and "failed" in text
 
 
-def test_full_grid_uses_catalog_values_and_has_about_twenty_variants():
+def test_full_grid_uses_catalog_values_and_fits_one_device_call():
     from ksearch.task import load_task
     from ksearch.task.catalog import load_catalog
 
@@ -51,7 +51,7 @@ def test_full_grid_uses_catalog_values_and_has_about_twenty_variants():
         t = load_task(task)
         cat = load_catalog(t.strategies_dir, task)
         vs = decode_sweep.variants_of(task, [], None)
-        assert 18 <= sum(v.family == decode_sweep.FAMILY for v in vs) <= 24
+        assert 12 <= sum(v.family == decode_sweep.FAMILY for v in vs) <= 24     # both tasks: ~140 s on an H100
         assert len({v.name for v in vs}) == len(vs)
         for v in vs:
             cat.render(v.family, v.knobs)          # every knob value is one the catalog lists
