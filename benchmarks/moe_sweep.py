@@ -57,60 +57,56 @@ COPY_TBS_FALLBACK, FP8_TFLOPS_FALLBACK = 4.2, 1437.0      # H200 values measured
 MAX_RESTARTS = 4
 
 # Settings per T class; each line changes what its comment says from the family's defaults (auto tiles:
-# decode 16 x 64 / GEMM2 64 columns; middle 32-64 x 64-128; prefill 128 x 64 / GEMM2 128 columns; 3 stages,
-# one program per tile, fused routing up to T=64, gather combine up to T=256, fp8x2 GEMM2).
+# decode 16 x 64 / GEMM2 64 columns; middle 32-64 x 64 / GEMM2 64-128 columns; prefill 64-128 x 64 / GEMM2 128
+# columns; 8 warps only from 16384 accumulators; 3 stages, one program per tile, fused routing up to T=64,
+# gather combine up to T=256, up and gate in one MMA (gemm1_dot joint), fp8x2 GEMM2). Since the H100 sweep of
+# 2026-12-05 (s13) the defaults are its fastest correct settings; a `split` row per class follows the NaN that
+# split GEMM1 with fp8x2 GEMM2 (and no swap_ab) wrote there.
 _DECODE: list[tuple[str, dict[str, Any]]] = [
     (NEW, {}),
     (OLD, {}),
     (NEW, {"num_stages": 4}),
     (NEW, {"num_stages": 5}),
     (NEW, {"block_n": 128, "num_stages": 4}),                     # 16 GEMM1 tiles per expert, GEMM2 K step 128
-    (NEW, {"block_n": 128, "num_stages": 4, "num_warps": 8}),
     (NEW, {"block_n": 32, "num_stages": 5}),                      # 64 GEMM1 tiles per expert
-    (NEW, {"block_n2": 128, "num_stages": 4}),
-    (NEW, {"block_n2": 32, "num_stages": 5}),
     (NEW, {"swap_ab": True, "num_stages": 4}),                    # weights on the MMA's M side
     (NEW, {"swap_ab": True, "block_n": 128, "num_stages": 4}),
-    (NEW, {"gemm1_dot": "joint", "num_stages": 4}),               # up and gate in one MMA
+    (NEW, {"swap_ab": True, "gemm1_dot": "split", "num_stages": 4}),
+    (NEW, {"swap_ab": True, "gemm1_dot": "split", "block_n": 128, "num_stages": 4}),   # s13's best at T=1, 8
     (NEW, {"programs_per_sm": 1, "num_stages": 4}),               # persistent
-    (NEW, {"programs_per_sm": 2, "num_stages": 4}),
     (NEW, {"gemm2": "bf16", "num_stages": 4}),                    # the older GEMM2 (W2 upcast)
     (NEW, {"combine": "atomic", "num_stages": 4}),                # memset + atomics + cast
     (NEW, {"fused_route_max_t": 0, "num_stages": 4}),             # memset + route + scatter
+    (NEW, {"gemm1_dot": "split", "num_stages": 4}),               # s13: NaN on the H100
     (OLD, {"block_m": 16, "block_n": 64, "num_warps": 4, "num_stages": 4}),    # its decode_stream tactic
 ]
 _MIDDLE: list[tuple[str, dict[str, Any]]] = [
     (NEW, {}),
     (OLD, {}),
     (NEW, {"num_stages": 4}),
-    (NEW, {"gemm1_dot": "joint"}),
-    (NEW, {"block_m": 64, "block_n": 64, "block_n2": 128, "num_stages": 4}),
-    (NEW, {"block_m": 64, "block_n": 64, "num_warps": 4, "gemm1_dot": "joint"}),
-    (NEW, {"block_m": 64, "block_n": 128, "block_n2": 128, "num_warps": 8}),
+    (NEW, {"block_m": 64}),                                       # s13's best at T=256 had 64-row tiles
+    (NEW, {"block_n": 128, "num_warps": 8}),                      # the earlier auto tiles at 512 < T
     (NEW, {"block_m": 32, "block_n": 128, "block_n2": 64, "num_stages": 4}),
-    (NEW, {"swap_ab": True, "num_stages": 4}),
+    (NEW, {"swap_ab": True, "gemm1_dot": "split", "num_stages": 4}),
     (NEW, {"programs_per_sm": 1}),
     (NEW, {"combine": "atomic"}),
     (NEW, {"combine": "gather_bf16"}),
+    (NEW, {"gemm1_dot": "split"}),                                # s13: NaN on the H100
 ]
 _PREFILL: list[tuple[str, dict[str, Any]]] = [
-    (NEW, {}),                                                    # 128 x (64 + 64), GEMM2 128 x 128, 8 warps
+    (NEW, {}),                  # T=4096: 64 x (64 + 64), 4 warps; T=11948: 128 x (64 + 64), 8 warps
     (OLD, {}),
-    (NEW, {"gemm1_dot": "joint"}),                                # wgmma N=128 for GEMM1
-    # 64-row tiles of 4 warps (~230 registers): two programs per SM, one's scaling under the other's MMA
-    (NEW, {"block_m": 64, "block_n": 64, "block_n2": 128, "num_warps": 4, "gemm1_dot": "joint"}),
-    (NEW, {"gemm2": "bf16"}),                                     # the older GEMM2 (W2 upcast): the control
-    (NEW, {"gemm1_dot": "joint", "num_stages": 4}),
-    (NEW, {"gemm1_dot": "joint", "programs_per_sm": 1}),
-    (NEW, {"block_m": 64, "block_n": 64, "block_n2": 128, "num_warps": 4, "gemm1_dot": "joint", "programs_per_sm": 2}),
-    (NEW, {"combine": "gather_bf16"}),
     (NEW, {"num_stages": 4}),
-    (NEW, {"group_m": 16}),
-    (NEW, {"group_m": 1}),
+    (NEW, {"programs_per_sm": 1}),
     (NEW, {"programs_per_sm": 2}),
+    (NEW, {"num_warps": 4}),
+    (NEW, {"num_warps": 8}),
+    (NEW, {"gemm2": "bf16"}),                                     # the older GEMM2 (W2 upcast): the control
+    (NEW, {"combine": "gather_bf16"}),
+    (NEW, {"group_m": 16}),
     (NEW, {"block_n2": 64}),
-    (NEW, {"block_m": 64, "block_n": 128, "block_n2": 128, "num_warps": 8}),
     (NEW, {"block_m": 128, "block_n": 128, "num_warps": 8}),          # 128 x 256 GEMM1 accumulators: spills 40 B
+    (NEW, {"gemm1_dot": "split"}),                                # s13: NaN on the H100
 ]
 # Each T's share of the budget is its number of settings, counted 3 times at the first T of its class (the
 # compiles) and twice at the class's T whose auto tiles differ from that first one's (4096 and 256: new compiles).
