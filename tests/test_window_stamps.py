@@ -84,3 +84,15 @@ def test_rows_keep_the_split_and_old_rows_still_load():
     many = WorkloadResult.from_json({"workload": "w", "status": "PASSED", "window_breakdown": [{"ms": 1.0}] * 9})
     assert len(many.window_breakdown) == 2
     assert WorkloadResult.from_json({"workload": "w", "status": "PASSED", "window_breakdown": "x"}).window_breakdown == []
+
+
+def test_bench_out_keeps_the_split_per_row():
+    from ksearch.cli.bench import summarize
+    from ksearch.eval.report import BaselineTimes
+
+    kept = extremes([], breakdown(JUDGE, HONEST, calls=465, mode="graph"))
+    report = EvalReport("k", "PASSED", "cuda", [WorkloadResult("w", "PASSED", latency_ms=0.5, window_breakdown=kept)])
+    s = summarize("k", report, BaselineTimes("cuda", {"v": {"w": 0.3}}, "x"), {}, None)
+    row = json.loads(json.dumps(s["rows"][0]))
+    assert [b["which"] for b in row["window_breakdown"]] == ["slowest", "fastest"]
+    assert row["window_breakdown"][0]["parts_ms"]["calls"] == pytest.approx(42.8)
