@@ -25,7 +25,7 @@ import json
 import math
 import platform
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +76,9 @@ def summarize(name: str, report: EvalReport, baseline: BaselineTimes, traffic: d
         row: dict[str, Any] = {"workload": w.workload, "status": w.status, "latency_ms": w.latency_ms,
                                "spread": w.spread, "reference_ms": baseline.reference.get(w.workload),
                                "gpu_time_ms": w.gpu_time_ms, "call_latency_ms": w.call_latency_ms,
-                               "timing_method": w.timing_method, "unstable": w.unstable}
+                               "timing_method": w.timing_method, "unstable": w.unstable,
+                               # where the slowest and fastest timed window went (a diagnosis; JSON only)
+                               "window_breakdown": [asdict(b) for b in w.window_breakdown]}
         for v, times in variants.items():
             row[f"{v}_ms"] = times.get(w.workload)
             lf = limit(w.workload, times[w.workload]) if limit and times.get(w.workload) else None

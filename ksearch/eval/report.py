@@ -99,6 +99,42 @@ def _known(cls: type, d: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass
+class WindowBreakdown:
+    """Where one timed GPU window's time went, by the judge's clock and the candidate's stamps
+    (ksearch.eval.clocks.stamps): kept to explain a gap between the judge's clock and the candidate's events,
+    never used for a verdict or a score. The candidate's parts are its process's claims."""
+
+    which: str = ""             # "slowest" or "fastest" of the workload's timed rounds
+    mode: str = ""              # the window's timing mode (graph | eager_sync)
+    calls: int = 0
+    ms: float = 0.0             # the judge's clock for the window
+    #: part -> ms, in the window's order; they sum to `ms`. Only the judge's parts (send, candidate, stop,
+    #: take) when the candidate's stamps are unusable
+    parts_ms: dict[str, float] = field(default_factory=dict)
+    unusable: str = ""          # why the candidate's stamps were not used ("" when they were)
+    #: the candidate's stamps less the judge's clock start (arrived, mapped, inputs, calls, outputs, sending),
+    #: when it sent six finite numbers: to see why unusable ones were
+    candidate_stamps_ms: list[float] = field(default_factory=list)
+    inputs_split_ms: list[float] = field(default_factory=list)      # its inputs as [make, copy, wait for the GPU]
+
+    @staticmethod
+    def from_json(d: Any) -> WindowBreakdown | None:
+        """A recorded breakdown, or None for one that is malformed (a diagnosis is never worth failing a load)."""
+        if isinstance(d, WindowBreakdown):
+            return d
+        if not isinstance(d, dict):
+            return None
+        try:
+            return WindowBreakdown(**_known(WindowBreakdown, d))
+        except TypeError:
+            return None
+
+
+#: The most breakdowns a row keeps: its slowest and its fastest window.
+WINDOW_BREAKDOWNS = 2
+
+
+@dataclass
 class WorkloadResult:
     workload: str
     status: Status
@@ -119,6 +155,8 @@ class WorkloadResult:
     self_reported_ms: float | None = None     # the candidate's own event time: a cross-check, never used
     unstable: bool = False                    # its two halves disagreed beyond the spread, twice
     judged_s: float | None = None             # the judge's wall time on this workload for this candidate
+    #: (GPU) where the slowest and the fastest timed window's time went: a diagnosis only
+    window_breakdown: list[WindowBreakdown] = field(default_factory=list)
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> WorkloadResult:
@@ -127,6 +165,9 @@ class WorkloadResult:
             d["status"] = _recorded(Status, d["status"])
         if d.get("timing_method"):
             d["timing_method"] = _recorded(TimingMethod, d["timing_method"])
+        if "window_breakdown" in d:
+            kept = d["window_breakdown"] if isinstance(d["window_breakdown"], list) else []
+            d["window_breakdown"] = [b for b in map(WindowBreakdown.from_json, kept[:WINDOW_BREAKDOWNS]) if b]
         return WorkloadResult(**d)
 
 

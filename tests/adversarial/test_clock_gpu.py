@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from ksearch.eval.clocks.stamps import words
 from ksearch.eval.parent.evaluator import EvalSettings, Evaluator
 from ksearch.eval.report import Metric, Status
 from tests.adversarial import clock_kernels as ck
@@ -179,6 +180,7 @@ def test_the_judges_clock_agrees_with_an_honest_kernels_own_events(gpu_eval, tas
     assert r.status == Status.PASSED, r.summary() + r.log[-3000:]
     row = r.workloads[0]
     print(f"\n{row.workload}: judge {row.gpu_time_ms * 1e3:.1f} us, the kernel's own events "
-          f"{(row.self_reported_ms or 0) * 1e3:.1f} us; flags {r.flags}")
+          f"{(row.self_reported_ms or 0) * 1e3:.1f} us; flags {r.flags}; windows: "
+          + "; ".join(words(b) for b in row.window_breakdown))
     assert row.self_reported_ms and abs(row.gpu_time_ms / row.self_reported_ms - 1) < 0.15, r.flags
     assert not [f for f in r.flags if "own events say" in f], r.flags

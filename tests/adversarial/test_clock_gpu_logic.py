@@ -37,6 +37,7 @@ class Script:
         self.event_per_call_ms = None      # set: its events claim this per call (flush included) instead
         self.presend_after = None          # after this op, write one reply ahead
         self.on_profile = None             # (conn, request) -> None: answers the advisory profile request
+        self.stamps = "honest"             # a window's stamps_ms: "honest" (its perf_counter), or what to send
         self.__dict__.update(kw)
         self.log: list[tuple[str, dict]] = []
 
@@ -63,6 +64,7 @@ def _serve(sock: socket.socket, task, script: Script) -> None:
         except (EOFError, OSError):
             return
         fd = exchange.receive_fd(sock) if req.get("shared") else None
+        arrived = time.perf_counter()
         op = req["op"]
         script.log.append((op, {k: v for k, v in req.items() if k in ("n", "mode", "seeds", "seed")}))
         if op == "stop":
@@ -82,9 +84,13 @@ def _serve(sock: socket.socket, task, script: Script) -> None:
             send({"ok": True})
         elif op == "window":
             shared = exchange.Mapped(fd, req["layout"])
+            mapped = time.perf_counter()
             mode = req["mode"]
             per_call = script.per_call_ms + {"graph": COSTS.flush_ms, "eager_sync": COSTS.flush_sync_ms}.get(mode, 0.0)
-            time.sleep((COSTS.reveal_ms + req["n"] * per_call) / 1e3)      # what an honest window costs
+            time.sleep(COSTS.reveal_ms / 1e3)                               # what an honest window costs
+            inputs = time.perf_counter()
+            time.sleep(req["n"] * per_call / 1e3)
+            calls = time.perf_counter()
             seen[mode] = seen.get(mode, 0) + 1
             k = len(task.definition.output_names)
             stale = (mode == "graph" and script.graph_is_empty) or (mode in script.wrong_in and seen[mode] > 1)
@@ -94,7 +100,10 @@ def _serve(sock: socket.socket, task, script: Script) -> None:
                     slot.copy_(value)
             shared.close()
             event = script.event_ms if script.event_per_call_ms is None else req["n"] * script.event_per_call_ms
-            send({"ok": True, "event_ms": event})
+            stamps = script.stamps
+            if stamps == "honest":
+                stamps = [t * 1e3 for t in (arrived, mapped, inputs, calls, time.perf_counter(), time.perf_counter())]
+            send({"ok": True, "event_ms": event, "stamps_ms": stamps, "inputs_split_ms": [0.6, 0.3, 0.1]})
         elif op == "profile" and script.on_profile is not None:
             if script.on_profile(conn, req) == "exit":
                 return
@@ -239,17 +248,21 @@ def test_a_reply_written_ahead_fails_on_the_gpu_path(gpu_judge, workloads):
 
 
 def test_a_disagreement_between_clock_and_events_is_quoted_with_where_the_window_went():
+    from ksearch.eval.clocks.stamps import breakdown, extremes
     from ksearch.eval.trusted.judge import TrustedCosts, window_note
 
     costs = TrustedCosts(reveal_ms=0.5, flush_ms=0.03, flush_sync_ms=0.05)
-    note = window_note(30.0, 300, costs, costs.flush_ms, [4.0, 25.0, 1.0])
-    assert "30.00 ms for 300 calls" in note and "0.50 ms of inputs and outputs" in note and "30.0 µs" in note
-    assert "inputs 4.00 ms, calls 25.00 ms, outputs 1.00 ms" in note
-    for lie in (None, "fast", [1.0, 2.0], [float("nan"), 1.0, 1.0], [True, 1.0, 1.0], {"a": 1}):
-        assert "says" not in window_note(30.0, 300, costs, costs.flush_ms, lie)    # quoted only when well formed
-    split = window_note(30.0, 300, costs, costs.flush_ms, [4.0, 25.0, 1.0], [3.0, 0.5, 0.5])
-    assert "(inputs: make 3.00, copy 0.50, wait for the GPU 0.50)" in split
-    assert "inputs:" not in window_note(30.0, 300, costs, costs.flush_ms, [4.0, 25.0, 1.0], [1e9, "x", 1.0])
+    judge = [100.0, 100.1, 130.0, 130.1, 131.0]
+    honest = breakdown(judge, [100.2, 100.3, 104.3, 129.3, 129.8, 129.9], [3.0, 0.5, 0.5], calls=300, mode="graph")
+    lying = breakdown([0.0, 0.1, 25.0, 25.1, 25.2], [1.0, 2.0, 3.0, 2.0, 4.0, 5.0], calls=300, mode="graph")
+    note = window_note(extremes([honest], lying), costs, costs.flush_ms)
+    assert note.startswith("windows of 300 calls, less the judge's own 0.50 ms of inputs and outputs and 300 x "
+                           "30.0 µs of flushes; slowest 31.00 ms: send 0.10, request in flight 0.10, map 0.10, "
+                           "inputs 4.00 (make 3.00, copy 0.50, wait 0.50), calls 25.00, outputs 0.50, until its "
+                           "reply 0.10, reply in flight 0.10, stop 0.10, take 0.90; fastest 25.20 ms: "), note
+    assert note.endswith("send 0.10, candidate 24.90, stop 0.10, take 0.10 (the candidate's stamps are unusable: "
+                         "not in order)"), note
+    assert window_note([], costs, costs.flush_ms) == "no timed window"
 
 
 def test_the_probe_of_the_input_generation_is_quoted_bounded_and_only_when_well_formed():
@@ -268,10 +281,25 @@ def test_the_probe_of_the_input_generation_is_quoted_bounded_and_only_when_well_
 def test_a_flagged_disagreement_asks_the_candidate_where_its_input_generation_went(gpu_judge, workloads):
     script = Script(event_per_call_ms=COSTS.flush_ms + 0.01)     # its events claim 10 µs, the clock says ~50
     j, c = gpu_judge(script)
-    _timed(j, c, workloads[0])
+    _, row = _timed(j, c, workloads[0])
     assert any(op == "reveal_probe" for op, _ in script.log), script.log
-    assert any("own events say" in f and "no probe of its input generation" in f for f in c.report.flags), \
-        c.report.flags
+    flag = next(f for f in c.report.flags if "own events say" in f)
+    assert "no probe of its input generation" in flag and "; slowest " in flag and "; fastest " in flag, flag
+    assert "request in flight" in flag and "unusable" not in flag, flag
+    # the same split, without a flag, on the row: the slowest and the fastest of the timed graph windows
+    slow, fast = row.window_breakdown
+    assert (slow.which, fast.which, slow.mode, slow.unusable, fast.unusable) == ("slowest", "fastest", "graph", "", "")
+    assert slow.ms >= fast.ms and abs(sum(slow.parts_ms.values()) - slow.ms) < 1e-3
+    assert slow.parts_ms["calls"] >= slow.calls * script.per_call_ms * 0.9, slow
+
+
+def test_stamps_that_lie_leave_only_the_judges_parts(gpu_judge, workloads):
+    script = Script(stamps=[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])    # in order, but not on the judge's clock
+    j, c = gpu_judge(script)
+    status, row = _timed(j, c, workloads[0])
+    assert status == Status.PASSED, c.report.summary()       # a diagnosis: never a verdict
+    assert [b.unusable for b in row.window_breakdown] == ["outside the judge's clock"] * 2
+    assert list(row.window_breakdown[0].parts_ms) == ["send", "candidate", "stop", "take"]
 
 
 def test_a_confirmation_that_scores_gpu_time_times_no_eager_windows(gpu_judge, workloads):
@@ -312,3 +340,51 @@ def test_the_evaluator_confirms_without_profile_or_call_latency(monkeypatch):
     ev.confirm("def run(): pass", "b", w, None)
     assert (jobs[0].profile, jobs[0].call_latency) == (True, True)
     assert (jobs[1].profile, jobs[1].call_latency) == (False, False)
+
+
+def _harness_serves(sock: socket.socket, task, w) -> None:
+    """The harness's own serve loop and window op, in a thread, on CPU tensors: the GPU parts it binds only on a
+    GPU (input generation into the sets, the eager loop) bound here to their CPU-capable selves."""
+    from ksearch.eval.candidate.channel import CandidateChannel
+    from ksearch.eval.candidate.harness import _Kernel, _Server
+
+    k = _Kernel({"device": "cpu"})
+    k.task, k.workload = task, w
+    k.names, k.input_names = task.definition.output_names, task.definition.input_names
+    k.fn = lambda *args: task.reference(**dict(zip(k.input_names, args)))
+    channel = CandidateChannel(Connection(sock.detach()))
+    server = _Server(k, channel)
+    server._reveal, server._eager_sync_loop, server._flush = gputime.reveal, gputime.eager_sync_loop, lambda: None
+    k.pool = [server._make(900 + j) for j in range(2)]
+    channel.send({"ok": True})
+    server.serve()
+
+
+def test_the_harness_stamps_a_window_on_the_judges_clock(monkeypatch, task, workloads):
+    """The real harness answers a window with six stamps that split the judge's clock (ksearch.eval.clocks.stamps)."""
+    from ksearch.eval.clocks.stamps import breakdown
+
+    no_gpu_waits(monkeypatch)
+    w = workloads[0]
+
+    class HarnessSpawner:
+        def spawn(self, target, payload):
+            ours, theirs = socket.socketpair()
+            thread = threading.Thread(target=_harness_serves, args=(theirs, task, w), daemon=True)
+            thread.start()
+            return _Spawned(Connection(ours.detach()), thread)
+
+    job = EvalJob(task=TASK, candidates=[("# the harness", "h")], workloads=[w], device="cpu", metric=Metric.gpu_time,
+                  trials=1, check_trials=1, warmup=1, timeout_s=60, floor_check=False)
+    monkeypatch.setattr(Judge, "timing_sets", lambda self, w: 2)
+    j = Judge(job, HarnessSpawner())
+    c = j.cands[0]
+    j.start(c, 0)
+    got = j.window(c, w, "eager_sync", 2)
+    j._end(c)
+    assert got is not None and c.ok, c.report.summary()
+    stamps = got.header["stamps_ms"]
+    assert len(stamps) == 6 and got.clock_ms[0] <= stamps[0] and stamps[-1] <= got.clock_ms[2], (got.clock_ms, stamps)
+    parts = breakdown(got.clock_ms, stamps, got.header.get("inputs_split_ms"), calls=2, mode="eager_sync")
+    assert parts.unusable == "" and parts.calls == 2 and len(parts.inputs_split_ms) == 3, parts
+    assert abs(sum(parts.parts_ms.values()) - got.ms) < 1e-3 and parts.parts_ms["calls"] > 0, parts

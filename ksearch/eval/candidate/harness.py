@@ -29,9 +29,11 @@ Requests (pickled dicts from the judge; each gets exactly one reply; `shared`: a
   capture {n}                     (GPU) CUDA graphs of n x [flush, call] and n x [flush] -> {ok, kernels}
   window {mode, seeds, n, layout, shared}   (GPU) fresh values into the P sets, then n calls as `mode`
                                   (graph | eager | eager_sync), then the P last outputs into the slots
-                                  -> {event_ms, phases_ms: [inputs, calls, outputs] by its host clock,
-                                  inputs_split_ms: [make, copy, wait for the GPU]}
-                                  (both a cross-check and a diagnosis only; the judge's clock counts)
+                                  -> {event_ms, stamps_ms: perf_counter ms [request arrived, shared
+                                  memory mapped, inputs done, calls done, outputs copied, reply about to
+                                  be sent], inputs_split_ms: [make, copy, wait for the GPU]}
+                                  (a cross-check and a diagnosis only, ksearch.eval.clocks.stamps; the
+                                  judge's clock counts)
   reveal_probe {seeds}            (GPU, untimed, quoted only) the input generation of a window again, per
                                   seed: its parts by the host clock, its GPU time, the allocator's counters
   profile {workload, seed}        (GPU, advisory, after all timing) one warm call, then one call under the
@@ -212,6 +214,7 @@ class _Server:
         self._close = os.close
         self._sleep = time.sleep
         self._now = time.perf_counter
+        self._arrived = 0.0         # when the request being served arrived (perf_counter s)
         self._clone = torch.clone
         self._gc_pause, self._gc_resume, self._gc_settle = gc.disable, gc.enable, _settle_garbage
         if k.on_gpu:
@@ -230,12 +233,13 @@ class _Server:
 
     # ---- the loop ---------------------------------------------------------------------------------------
     def serve(self) -> None:
-        recv, send, ops, close = self._recv, self._send, self.ops, self._close
+        recv, send, ops, close, now = self._recv, self._send, self.ops, self._close, self._now
         while True:
             try:
                 req, fd = recv()
             except (EOFError, OSError):
                 return
+            self._arrived = now()       # a window's first stamp: the request and its fd are here
             op = req.get("op") if isinstance(req, dict) else None
             if op == "stop":
                 send({"ok": True})
@@ -256,6 +260,9 @@ class _Server:
                     close(fd)
             if op in SETTLING_OPS:
                 self._gc_settle()       # before the reply: the judge's next request may start its clock
+            stamps = reply.get("stamps_ms") if op == "window" else None
+            if isinstance(stamps, list):
+                stamps.append(now() * 1e3)      # the window's last stamp: as late as this process can take it
             send(reply)
             if clocked:
                 self._gc_resume()
@@ -396,7 +403,7 @@ class _Server:
         k = self.k
         shared = self._map(fd, req["layout"])     # type: ignore[arg-type]  # the judge sends every window its file
         try:
-            t0 = self._now()
+            t0 = self._now()        # mapped: the inputs start
             split = self._generate(list(req["seeds"]))
             t1 = self._now()
             mode, n, n_sets = req["mode"], int(req["n"]), len(k.pool)
@@ -423,11 +430,11 @@ class _Server:
                     return {"ok": False, **problem}
                 for o, slot in zip(outs, slots):
                     slot.copy_(o)
-            # where the window's time went, by this process's host clock: a diagnosis the judge may quote when
-            # its clock and the events disagree, never a number it uses
-            phases = [(t1 - t0) * 1e3, (t2 - t1) * 1e3, (self._now() - t2) * 1e3]
-            return {"ok": True, "event_ms": event_ms, "phases_ms": phases,
-                    "inputs_split_ms": split}
+            t3 = self._now()
+            # where the window's time went, on the host's monotonic clock (the judge's too): a diagnosis the
+            # judge keeps beside its own stamps, never a number it uses; `serve` appends the reply's stamp
+            stamps = [self._arrived * 1e3, t0 * 1e3, t1 * 1e3, t2 * 1e3, t3 * 1e3]
+            return {"ok": True, "event_ms": event_ms, "stamps_ms": stamps, "inputs_split_ms": split}
         finally:
             shared.close()
 

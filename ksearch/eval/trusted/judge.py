@@ -62,10 +62,19 @@ from typing import Any
 import torch
 
 from ksearch.eval import wire
+from ksearch.eval.clocks import stamps as window_stamps
 from ksearch.eval.clocks.gputime import WAKE_MS, per_call_ms
 from ksearch.eval.clocks.noise import noise_floor, relative_spread
 from ksearch.eval.isolation import stopping
-from ksearch.eval.report import CANDIDATE_STATUSES, EvalReport, Metric, Status, TimingMethod, WorkloadResult
+from ksearch.eval.report import (
+    CANDIDATE_STATUSES,
+    EvalReport,
+    Metric,
+    Status,
+    TimingMethod,
+    WindowBreakdown,
+    WorkloadResult,
+)
 from ksearch.eval.trusted import exchange
 from ksearch.eval.trusted.job import Job
 from ksearch.eval.trusted.rules import check_outputs, normalize_outputs
@@ -131,6 +140,9 @@ class _Window:
     ms: float
     header: dict[str, Any]
     stale: bool = False          # the outputs were not those of the revealed inputs (only asked of a probe)
+    #: the judge's perf_counter ms: clock start, request sent, reply received, candidate stopped, outputs
+    #: taken (ksearch.eval.clocks.stamps.JUDGE_STAMPS)
+    clock_ms: list[float] = field(default_factory=list)
 
 
 class CandidateGone(Exception):
@@ -152,8 +164,9 @@ class _Cand:
     samples: dict[str, list[float]] = field(default_factory=dict)
     sock: socket.socket | None = None           # the connection's socket, for handing over shared memory
     windows: dict[str, int] = field(default_factory=dict)    # timed windows drawn per workload
-    # per workload, the last graph window as the judge saw it and as the candidate says it went (a diagnosis
-    # quoted when the judge's clock and the candidate's events disagree)
+    # per workload, the slowest and the fastest timed window, split by the judge's and the candidate's stamps,
+    # and in words (a diagnosis kept on the row, quoted when the judge's clock and the candidate's events disagree)
+    window_parts: dict[str, list[WindowBreakdown]] = field(default_factory=dict)
     window_notes: dict[str, str] = field(default_factory=dict)
     died: bool = False      # its process ended on its own (not killed by the judge once it had failed)
 
@@ -240,12 +253,14 @@ class Judge:
         return header, values, (time.perf_counter() - t0) * 1e3
 
     def timed(self, c: _Cand, req: dict[str, Any], shared: exchange.SharedCall, inputs: dict[str, Any] | None = None,
-              wake_ms: float = 0.0) -> tuple[dict[str, Any], list[torch.Tensor], float, str | None]:
+              wake_ms: float = 0.0) -> tuple[dict[str, Any], list[torch.Tensor], float, str | None, list[float]]:
         """The judge's clock: from handing over the request and its shared memory to holding a copy of the
         output slots. The candidate's process is stopped from its reply until the judge has also compared the
         shared inputs with `inputs`: whatever it does after the clock cannot touch what the judge reads.
         On the GPU the clock starts after a wake of at least `wake_ms` (gputime.wake; 0: one round of writes).
-        Returns (the reply's header, the outputs' copy, ms, the first input the call changed or None)."""
+        Returns (the reply's header, the outputs' copy, ms, the first input the call changed or None, the
+        clock's stamps: perf_counter ms at its start, request sent, reply received, candidate stopped, outputs
+        taken = its end; a few hundred ns of the clock, to say where a window's time went)."""
         self._no_unasked(c)
         frozen = self._freeze_others(c)
         held = _Held()
@@ -266,7 +281,9 @@ class Judge:
             except (EOFError, OSError, BrokenPipeError):
                 c.died = True
                 raise self._died(c) from None
+            sent = time.perf_counter()
             header, _ = self._receive(c)
+            replied = time.perf_counter()
             # Inside the clock: two listings of the candidate's processes (its cgroup.procs; without a control
             # group, its PID namespace's tree, every thread's children), a pidfd and a signal per process
             # (tests/adversarial/test_stop_by_cgroup.py prints it: 30-90 µs median by control group on the
@@ -274,10 +291,13 @@ class Judge:
             # process group took 4-13 µs). Waiting until the signals have landed (settle, 35-80 µs more
             # there, a few hundred for 20 threads) comes after the clock, before the judge reads the inputs.
             held = self._stop([c])
+            stopped = time.perf_counter()
             outs = shared.take_outputs()
-            ms = (time.perf_counter() - t0) * 1e3
+            taken = time.perf_counter()
+            ms = (taken - t0) * 1e3
             held.settle()
-            return header, outs, ms, shared.changed_input(inputs) if inputs is not None else None
+            return (header, outs, ms, shared.changed_input(inputs) if inputs is not None else None,
+                    [t * 1e3 for t in (t0, sent, replied, stopped, taken)])
         finally:
             if collecting:
                 gc.enable()
@@ -443,7 +463,7 @@ class Judge:
         if self.on_gpu:     # the inputs are generated in the candidate's process from the seed revealed now
             req.update(workload=w, seed=seed)
         with exchange.SharedCall(layout, inputs) as shared:
-            header, outs, ms, changed = self.timed(c, req, shared, inputs)
+            header, outs, ms, changed, _ = self.timed(c, req, shared, inputs)
             if not self.expect_ok(c, header, w.name) or not self.inspect(c, w, changed):
                 return None
         if not self.verify(c, w, outs, ref, f"check {trial + 1}"):
@@ -548,8 +568,8 @@ class Judge:
         with exchange.SharedCall(layout) as shared:
             # A window is the GPU-time clock: the GPU is kept busy long enough before it for its clocks to be
             # back at speed (gputime.WAKE_MS), as when the judge measured its own costs (`_reveal_ms`).
-            header, outs, ms, _ = self.timed(c, {"op": "window", "mode": mode, "seeds": seeds, "n": n,
-                                              "layout": layout}, shared, wake_ms=WAKE_MS)
+            header, outs, ms, _, clock = self.timed(c, {"op": "window", "mode": mode, "seeds": seeds, "n": n,
+                                                     "layout": layout}, shared, wake_ms=WAKE_MS)
         if not self.expect_ok(c, header, w.name):
             return None
         k = len(self.names)
@@ -558,10 +578,10 @@ class Judge:
             got = outs[j * k:(j + 1) * k]
             if probe:
                 if not self._matches(got, ref):
-                    return _Window(ms, header, stale=True)
+                    return _Window(ms, header, stale=True, clock_ms=clock)
             elif not self.verify(c, w, got, ref, f"timed call ({label}, input set {j + 1})"):
                 return None
-        return _Window(ms, header)
+        return _Window(ms, header, clock_ms=clock)
 
     def _matches(self, got: list[Any], ref: list[Any]) -> bool:
         got = [g.to(r.device) if isinstance(g, torch.Tensor) and isinstance(r, torch.Tensor) else g
@@ -638,8 +658,10 @@ class Judge:
                 if got is None:
                     return False
                 gpu.append(per_call_ms(got.ms, n, costs.besides_calls(n, per_call_extra)))
-                c.window_notes[w.name] = window_note(got.ms, n, costs, per_call_extra, got.header.get("phases_ms"),
-                                                     got.header.get("inputs_split_ms"))
+                parts = window_stamps.breakdown(got.clock_ms, got.header.get("stamps_ms"),
+                                                got.header.get("inputs_split_ms"), calls=n, mode=mode)
+                kept = c.window_parts[w.name] = window_stamps.extremes(c.window_parts.get(w.name, []), parts)
+                c.window_notes[w.name] = window_note(kept, costs, per_call_extra)
                 event = got.header.get("event_ms")
                 if isinstance(event, (int, float)) and not isinstance(event, bool) and math.isfinite(event):
                     claimed.append(per_call_ms(event, n, n * costs.flush_ms))
@@ -678,6 +700,7 @@ class Judge:
         row.call_latency_spread = relative_spread(lat, floor) if lat else None
         row.timing_method = method
         row.self_reported_ms = statistics.median(claimed) if claimed else None
+        row.window_breakdown = list(c.window_parts.get(w.name, []))
         use_gpu = self.job.metric == Metric.gpu_time and row.gpu_time_ms is not None
         samples = gpu if use_gpu else lat
         row.trial_ms = [round(x, 6) for x in samples]
@@ -969,20 +992,14 @@ def probe_note(header: Any) -> str:
     return ("its input generation re-run untimed: " + "; ".join(parts)) if parts else "no probe of its input generation"
 
 
-def window_note(window_ms: float, n: int, costs: TrustedCosts, per_call: float, phases: Any,
-                split: Any = None) -> str:
-    """One window in words: what the judge's clock read and subtracted, and where the candidate's process says
-    the time went (its host clock: inputs generated, calls, outputs copied out). Quoted only, never used."""
-    note = (f"last window {window_ms:.2f} ms for {n} calls, less the judge's own {costs.reveal_ms:.2f} ms of "
-            f"inputs and outputs and {n} x {per_call * 1e3:.1f} µs of flushes")
-    said = _numbers(phases, 3)
-    if said:
-        note += (f"; the candidate's process says inputs {said[0]:.2f} ms, calls {said[1]:.2f} ms, "
-                 f"outputs {said[2]:.2f} ms")
-        parts = _numbers(split, 3)
-        if parts:
-            note += f" (inputs: make {parts[0]:.2f}, copy {parts[1]:.2f}, wait for the GPU {parts[2]:.2f})"
-    return note
+def window_note(kept: Sequence[WindowBreakdown], costs: TrustedCosts, per_call: float) -> str:
+    """The slowest and the fastest timed window in words: what the judge subtracted from each, and where its
+    time went by the judge's stamps and the candidate's (ksearch.eval.clocks.stamps). Quoted only, never used."""
+    if not kept:
+        return "no timed window"
+    n = kept[0].calls
+    return (f"windows of {n} calls, less the judge's own {costs.reveal_ms:.2f} ms of inputs and outputs and {n} x "
+            f"{per_call * 1e3:.1f} µs of flushes; " + "; ".join(window_stamps.words(b) for b in kept))
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
