@@ -274,7 +274,9 @@ def test_the_probe_of_the_input_generation_is_quoted_bounded_and_only_when_well_
     assert "12.00 ms (make 2.00, copy 0.50, wait 9.50; GPU 11.00) [num_device_alloc 2, num_device_free 2]" in note
     flood = probe_note({"ok": True, "runs": [dict(run, allocator={"x" * 10_000: 1})] * 10_000})
     assert len(flood) < 1000
-    for lie in (None, {"ok": False}, {"ok": True, "runs": "fast"}, {"ok": True, "runs": [{"host_ms": "1"}]}):
+    huge = dict(run, gpu_ms=10 ** 400)          # a JSON integer no float holds: refused, not an OverflowError
+    for lie in (None, {"ok": False}, {"ok": True, "runs": "fast"}, {"ok": True, "runs": [{"host_ms": "1"}]},
+                {"ok": True, "runs": [huge]}):
         assert probe_note(lie) == "no probe of its input generation"
 
 

@@ -663,8 +663,8 @@ class Judge:
                 kept = c.window_parts[w.name] = window_stamps.extremes(c.window_parts.get(w.name, []), parts)
                 c.window_notes[w.name] = window_note(kept, costs, per_call_extra)
                 event = got.header.get("event_ms")
-                if isinstance(event, (int, float)) and not isinstance(event, bool) and math.isfinite(event):
-                    claimed.append(per_call_ms(event, n, n * costs.flush_ms))
+                if _finite(event):
+                    claimed.append(per_call_ms(float(event), n, n * costs.flush_ms))     # type: ignore[arg-type]  # _finite: a number
             return True
 
         # Measured twice (two halves of the rounds); halves that disagree beyond the spread are re-measured
@@ -963,10 +963,19 @@ class Judge:
         return header, ""
 
 
+def _finite(x: Any) -> bool:
+    """A finite number as a float (the candidate's process sent it: an integer too large for a float is not)."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:
+        return False
+
+
 def _numbers(value: Any, count: int) -> list[float] | None:
     """`value` when it is a list of `count` finite numbers (the candidate's process sent it), else None."""
-    if isinstance(value, list) and len(value) == count and all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value):
+    if isinstance(value, list) and len(value) == count and all(_finite(x) for x in value):
         return [float(x) for x in value]
     return None
 
