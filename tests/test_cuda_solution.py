@@ -250,6 +250,7 @@ def test_real_nvcc_compile_check(tmp_path):
 
 # ---- on a GPU ---------------------------------------------------------------------------------------
 @pytest.mark.gpu
+@pytest.mark.cuda_build
 def test_gpu_builds_and_runs_cuda_solutions(tmp_path):
     x = torch.randn(1000, device="cuda")
     run = load_entry_point(SCALE_CU, "run", cache_dir=tmp_path)
@@ -277,6 +278,7 @@ def test_the_gqa_cuda_solution_is_extracted_and_bound():
 
 
 @pytest.mark.gpu
+@pytest.mark.cuda_build
 def test_gpu_gqa_cuda_solution_matches_the_reference_on_tiny_workloads(tmp_path):
     from ksearch.task import load_task
 
