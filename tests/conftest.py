@@ -20,6 +20,46 @@ collect_ignore = [path for path, module in (("test_tui.py", "textual"), ("test_n
                   if importlib.util.find_spec(module) is None]
 
 
+# The Triton interpreter is chosen when a kernel is defined: @triton.jit reads TRITON_INTERPRET then. Several CPU
+# test modules turn it on at import (prepare_interpreter(), before their kernels exist), that is during collection,
+# and it used to stay on for every module imported after them and for the whole session: `pytest -m gpu` ran the
+# GPU tests' kernels in the interpreter (test_fused_split_kv_on_the_gpu, 2026-12-05), and test_forkserver_gpu's
+# module-level kernel was defined as an interpreted one. Now each test module is imported with TRITON_INTERPRET as
+# the session had it; the interpreter a module asked for is on after collection, as before, for the CPU tests,
+# and off for every gpu-marked test (_compiled_triton_on_the_gpu).
+_INTERPRETER_ASKED: list[str] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    if not isinstance(collector, pytest.Module):
+        return (yield)
+    before = os.environ.get("TRITON_INTERPRET")
+    try:
+        return (yield)                       # the module is imported here
+    finally:
+        after = os.environ.get("TRITON_INTERPRET")
+        if after != before:
+            if after == "1":
+                _INTERPRETER_ASKED.append(str(collector.path))
+            if before is None:
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = before
+
+
+def pytest_collection_finish(session):
+    if _INTERPRETER_ASKED:
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+@pytest.fixture(autouse=True)
+def _compiled_triton_on_the_gpu(request, monkeypatch):
+    """A gpu-marked test defines its kernels with Triton's real JIT, whatever CPU tests turned on before it."""
+    if request.node.get_closest_marker("gpu") is not None:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

@@ -5,6 +5,7 @@ import os
 import stat
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -249,19 +250,56 @@ def test_real_nvcc_compile_check(tmp_path):
 
 
 # ---- on a GPU ---------------------------------------------------------------------------------------
+BROKEN_SCALE_CU = SCALE_CU.replace("2.0f * x[i]", "2.0f * xx[i]")
+
+
+def _gqa_code():
+    return extract_code(f"```cuda\n{GQA_CU}```").code
+
+
+@pytest.fixture(scope="module")
+def gpu_builds(tmp_path_factory):
+    """(folder, {source: its entry point, or the SolutionLoadError its build raised}) for every extension the GPU
+    tests below load, built once, all at the same time, into one folder: each build compiles torch/extension.h
+    for tens of seconds, and one after another they did not finish in 110 s on the H100 (2026-12-05)."""
+    root = tmp_path_factory.mktemp("cuda_builds")
+    sources = [SCALE_CU, PAIR_CU, OWN_BINDING_CU, BROKEN_SCALE_CU, _gqa_code()]
+    torch.cuda.init()       # once, before the builds ask for the device's architecture from their threads
+
+    def build(src):
+        try:
+            return load_entry_point(src, "run", cache_dir=root)
+        except SolutionLoadError as e:
+            return e
+
+    with ThreadPoolExecutor(len(sources)) as pool:
+        return root, dict(zip(sources, pool.map(build, sources)))
+
+
+def _built(gpu_builds, src):
+    """The entry point the fixture built from `src`, or its build's error, raised again."""
+    got = gpu_builds[1][src]
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
 @pytest.mark.gpu
-def test_gpu_builds_and_runs_cuda_solutions(tmp_path):
+@pytest.mark.cuda_build
+def test_gpu_builds_and_runs_cuda_solutions(gpu_builds):
+    root = gpu_builds[0]
     x = torch.randn(1000, device="cuda")
-    run = load_entry_point(SCALE_CU, "run", cache_dir=tmp_path)
+    run = _built(gpu_builds, SCALE_CU)
     torch.testing.assert_close(run(x), 2 * x)
-    assert load_entry_point(SCALE_CU, "run", cache_dir=tmp_path) is run          # cached in-process
+    assert load_entry_point(SCALE_CU, "run", cache_dir=root) is run          # cached in-process
     # the generated binding takes every parameter positionally (C++ defaults are not bound; the evaluator
     # always passes all of a definition's inputs)
-    s, d = load_entry_point(PAIR_CU, "run", cache_dir=tmp_path)(x, x + 1, 1.0)
-    torch.testing.assert_close(s, 2 * x + 1) and torch.testing.assert_close(d, torch.full_like(x, -1.0))
-    torch.testing.assert_close(load_entry_point(OWN_BINDING_CU, "run", cache_dir=tmp_path)(x), 2 * x)
+    s, d = _built(gpu_builds, PAIR_CU)(x, x + 1, 1.0)
+    torch.testing.assert_close(s, 2 * x + 1)
+    torch.testing.assert_close(d, torch.full_like(x, -1.0))
+    torch.testing.assert_close(_built(gpu_builds, OWN_BINDING_CU)(x), 2 * x)
     with pytest.raises(cu.CudaBuildError, match="does not build"):
-        load_entry_point(SCALE_CU.replace("2.0f * x[i]", "2.0f * xx[i]"), "run", cache_dir=tmp_path)
+        _built(gpu_builds, BROKEN_SCALE_CU)
 
 
 # A naive CUDA GQA decode kernel, also the example of a CUDA solution for `ksearch eval`.
@@ -277,11 +315,12 @@ def test_the_gqa_cuda_solution_is_extracted_and_bound():
 
 
 @pytest.mark.gpu
-def test_gpu_gqa_cuda_solution_matches_the_reference_on_tiny_workloads(tmp_path):
+@pytest.mark.cuda_build
+def test_gpu_gqa_cuda_solution_matches_the_reference_on_tiny_workloads(gpu_builds):
     from ksearch.task import load_task
 
     task = load_task("gqa_paged_decode_h32_kv4_d128_ps1")
-    run = load_entry_point(extract_code(f"```cuda\n{GQA_CU}```").code, "run", cache_dir=tmp_path)
+    run = _built(gpu_builds, _gqa_code())
     for w in task.workload_set("tiny"):
         inputs = task.make_inputs(w, device="cuda", seed=7)
         want_out, want_lse = task.reference(**inputs)

@@ -167,8 +167,10 @@ def _cases():
     return cases
 
 
-def _entry(task, family, knobs):
-    return load_entry_point(_catalogs[task].render(family, knobs), name_hint=family)
+def _entry(task, family, knobs, *, gpu=False):
+    # A GPU test loads its kernels under a name of its own: a module loaded by a CPU test of the session (the
+    # same source, defined under the interpreter) stays in sys.modules and would be handed back otherwise.
+    return load_entry_point(_catalogs[task].render(family, knobs), name_hint=f"{family}_gpu" if gpu else family)
 
 
 def _check(task, got, want):
@@ -399,7 +401,7 @@ def test_family_defaults_compile_for_sm90a(task):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_fused_even_split_on_the_gpu():
     # The tagged-partial handshake (release/acquire across programs) only runs for real on a GPU.
-    run = _entry(DECODE, "fused_even_split", {"MAX_SPLITS": 32, "CTAS_PER_SM": 4})
+    run = _entry(DECODE, "fused_even_split", {"MAX_SPLITS": 32, "CTAS_PER_SM": 4}, gpu=True)
     t = _tasks[DECODE]
     for w in t.workload_set("feedback"):
         inputs = t.make_inputs(w, device="cuda", seed=3)
@@ -412,7 +414,7 @@ def test_fused_even_split_on_the_gpu():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_persistent_tc_tile_on_the_gpu():
-    run = _entry(PREFILL, "persistent_tc_tile", {})
+    run = _entry(PREFILL, "persistent_tc_tile", {}, gpu=True)
     t = _tasks[PREFILL]
     for w in t.workload_set("feedback"):
         inputs = t.make_inputs(w, device="cuda", seed=3)

@@ -65,6 +65,7 @@ def test_cuda_and_triton_work_inside_the_walls(tmp_path):
         os.unlink(outside)
 
 
+@pytest.mark.cuda_build
 def test_a_cuda_solution_builds_and_passes_inside_the_walls():
     """ksearch's CUDA builder runs torch's extension builder (ninja, nvcc, the host compiler) in the
     candidate's walled process: everything it writes goes to the scratch tmpfs."""

@@ -334,7 +334,9 @@ def run(*args):
 
 # ---- the judge out of reach: each trick looks for something to reach in its own process ---------------------
 # The reference, the tolerance, the verdict, the report and the clock live in the trusted worker; these
-# kernels try the ways Python offers to reach them, and must fail with a named status.
+# kernels try the ways Python offers to reach them, and must fail with a named status. Their outputs are made
+# on the inputs' device, so that on a GPU too they pass the output checks (device, shape, dtype) and meet the
+# wall each trick is aimed at (test_gpu_tricks.py runs them there).
 
 REACH_MODULES = '''
 import sys
@@ -401,7 +403,7 @@ if workload is not None:
 
 
 def run(q, *args):
-    return torch.zeros_like(q), torch.zeros(q.shape[:2], dtype=torch.float32)
+    return torch.zeros_like(q), torch.zeros(q.shape[:2], dtype=torch.float32, device=q.device)
 '''
 
 VERDICT_NOOP = '''
@@ -420,7 +422,7 @@ for name, module in list(vars(sys)["modules"].items()):
 
 
 def run(q, *args):
-    return torch.full_like(q, 7.0), torch.full(q.shape[:2], 7.0)
+    return torch.full_like(q, 7.0), torch.full(q.shape[:2], 7.0, dtype=torch.float32, device=q.device)
 '''
 
 POISONS_REFERENCE = '''
@@ -432,7 +434,7 @@ torch.einsum = lambda eq, *ops: _real(eq, *ops) * 0
 
 
 def run(q, *args):
-    return torch.zeros_like(q), torch.zeros(q.shape[:2], dtype=torch.float32)
+    return torch.zeros_like(q), torch.zeros(q.shape[:2], dtype=torch.float32, device=q.device)
 '''
 
 FINALIZER_REWRITES = ATTEND + '''

@@ -69,6 +69,7 @@ def gpu_baseline(gpu_eval, gpu_workloads):
     return gpu_eval.measure_baselines(gpu_workloads)
 
 
+@pytest.mark.cuda_build      # two CUDA candidates, each built in its own sandboxed process (minutes together)
 def test_a_cuda_kernel_on_a_stream_of_its_own_is_timed_by_the_judges_clock(gpu_eval, gpu_workloads, gpu_baseline):
     assert OWN_STREAM_CU != GQA_CU and "own_stream()>>>" in OWN_STREAM_CU.replace(" ", "")
     current = gpu_eval.evaluate(GQA_CU, "gqa_cu_current_stream", gpu_workloads, gpu_baseline)
