@@ -35,30 +35,34 @@ PARTS = {"send": "send", "to_candidate": "request in flight", "map": "map", "inp
 JUDGE_PARTS = {"send": "send", "candidate": "candidate", "stop": "stop", "take": "take"}
 
 
-def _finite(value: Any, count: int) -> list[float] | None:
-    """`value` as floats when it is a list of `count` finite numbers (JSON from the candidate: an integer too
-    large for a float is no number either)."""
+def finite_number(x: Any) -> float | None:
+    """`x` as a float when it is a finite number (JSON from the candidate's process: a bool is no number, nor
+    is an integer too large for a float), else None."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    try:
+        f = float(x)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def finite_numbers(value: Any, count: int) -> list[float] | None:
+    """`value` as floats when it is a list of `count` finite numbers (`finite_number`), else None."""
     if not isinstance(value, list) or len(value) != count:
         return None
-    out = []
-    for x in value:
-        if isinstance(x, bool) or not isinstance(x, (int, float)):
-            return None
-        try:
-            f = float(x)
-        except OverflowError:
-            return None
-        if not math.isfinite(f):
-            return None
-        out.append(f)
-    return out
+    out = [finite_number(x) for x in value]
+    return None if any(f is None for f in out) else out      # type: ignore[return-value]  # no None left
 
 
 def why_unusable(judge_ms: Sequence[float], stamps: Any) -> str:
     """"" when the candidate's stamps can split the window, else why not."""
+    return _why(judge_ms, stamps, finite_numbers(stamps, len(CANDIDATE_STAMPS)))
+
+
+def _why(judge_ms: Sequence[float], stamps: Any, got: list[float] | None) -> str:
     if stamps is None:
         return "none sent"
-    got = _finite(stamps, len(CANDIDATE_STAMPS))
     if got is None:
         return f"not {len(CANDIDATE_STAMPS)} finite numbers"
     if any(b < a for a, b in zip(got, got[1:])):
@@ -78,14 +82,14 @@ def breakdown(judge_ms: Sequence[float], stamps: Any, split: Any = None, *, call
     if len(judge_ms) != len(JUDGE_STAMPS):
         raise ValueError(f"the judge's stamps are {len(JUDGE_STAMPS)}, got {len(judge_ms)}")
     start, sent, reply, stopped, taken = (float(x) for x in judge_ms)
-    why = why_unusable(judge_ms, stamps)
-    raw = _finite(stamps, len(CANDIDATE_STAMPS))
-    if why or raw is None:
+    raw = finite_numbers(stamps, len(CANDIDATE_STAMPS))
+    why = _why(judge_ms, stamps, raw)
+    if why or raw is None:          # (raw is None only with a reason)
         points, names = [start, sent, reply, stopped, taken], list(JUDGE_PARTS)
     else:
         points, names = [start, sent, *raw, reply, stopped, taken], list(PARTS)
     parts = {name: round(b - a, 4) for name, a, b in zip(names, points, points[1:])}
-    inputs_split = _finite(split, 3) if not why else None
+    inputs_split = finite_numbers(split, 3) if not why else None
     return WindowBreakdown(mode=mode, calls=int(calls), ms=round(taken - start, 4), parts_ms=parts, unusable=why,
                            candidate_stamps_ms=[round(x - start, 4) for x in raw] if raw else [],
                            inputs_split_ms=[round(x, 4) for x in inputs_split] if inputs_split else [])

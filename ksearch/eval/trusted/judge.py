@@ -164,10 +164,9 @@ class _Cand:
     samples: dict[str, list[float]] = field(default_factory=dict)
     sock: socket.socket | None = None           # the connection's socket, for handing over shared memory
     windows: dict[str, int] = field(default_factory=dict)    # timed windows drawn per workload
-    # per workload, the slowest and the fastest timed window, split by the judge's and the candidate's stamps,
-    # and in words (a diagnosis kept on the row, quoted when the judge's clock and the candidate's events disagree)
+    # per workload, the slowest and the fastest timed window, split by the judge's and the candidate's stamps
+    # (a diagnosis kept on the row, quoted in words when the judge's clock and the candidate's events disagree)
     window_parts: dict[str, list[WindowBreakdown]] = field(default_factory=dict)
-    window_notes: dict[str, str] = field(default_factory=dict)
     died: bool = False      # its process ended on its own (not killed by the judge once it had failed)
 
     @property
@@ -660,11 +659,10 @@ class Judge:
                 gpu.append(per_call_ms(got.ms, n, costs.besides_calls(n, per_call_extra)))
                 parts = window_stamps.breakdown(got.clock_ms, got.header.get("stamps_ms"),
                                                 got.header.get("inputs_split_ms"), calls=n, mode=mode)
-                kept = c.window_parts[w.name] = window_stamps.extremes(c.window_parts.get(w.name, []), parts)
-                c.window_notes[w.name] = window_note(kept, costs, per_call_extra)
-                event = got.header.get("event_ms")
-                if _finite(event):
-                    claimed.append(per_call_ms(float(event), n, n * costs.flush_ms))     # type: ignore[arg-type]  # _finite: a number
+                c.window_parts[w.name] = window_stamps.extremes(c.window_parts.get(w.name, []), parts)
+                event = window_stamps.finite_number(got.header.get("event_ms"))
+                if event is not None:
+                    claimed.append(per_call_ms(event, n, n * costs.flush_ms))
             return True
 
         # Measured twice (two halves of the rounds); halves that disagree beyond the spread are re-measured
@@ -709,9 +707,11 @@ class Judge:
         if row.self_reported_ms and row.gpu_time_ms and method == TimingMethod.cuda_graph:
             gap = abs(row.self_reported_ms - row.gpu_time_ms) / max(row.gpu_time_ms, 1e-9)
             if gap > CROSS_CHECK_TOLERANCE and abs(row.self_reported_ms - row.gpu_time_ms) > 0.002:
+                costs = self.costs.get(w.name, NO_COSTS)          # a graph window: a flush per call
+                kept = c.window_parts.get(w.name)
                 c.report.flags.append(f"{w.name}: the candidate's own events say {row.self_reported_ms * 1e3:.1f} µs, "
                                       f"the judge's clock {row.gpu_time_ms * 1e3:.1f} µs (the judge's counts)"
-                                      + (f"; {c.window_notes[w.name]}" if w.name in c.window_notes else "")
+                                      + (f"; {window_note(kept, costs, costs.flush_ms)}" if kept else "")
                                       + self.reveal_probe(c, w))
         self.floor_check(c, w, row)
 
@@ -963,23 +963,6 @@ class Judge:
         return header, ""
 
 
-def _finite(x: Any) -> bool:
-    """A finite number as a float (the candidate's process sent it: an integer too large for a float is not)."""
-    if not isinstance(x, (int, float)) or isinstance(x, bool):
-        return False
-    try:
-        return math.isfinite(float(x))
-    except OverflowError:
-        return False
-
-
-def _numbers(value: Any, count: int) -> list[float] | None:
-    """`value` when it is a list of `count` finite numbers (the candidate's process sent it), else None."""
-    if isinstance(value, list) and len(value) == count and all(_finite(x) for x in value):
-        return [float(x) for x in value]
-    return None
-
-
 def probe_note(header: Any) -> str:
     """The candidate process's reveal_probe reply in words (bounded: it is the candidate's to write)."""
     runs = header.get("runs") if isinstance(header, dict) and header.get("ok") else None
@@ -989,7 +972,7 @@ def probe_note(header: Any) -> str:
     for run in runs[:4]:
         if not isinstance(run, dict):
             continue
-        got = _numbers([run.get(k) for k in ("host_ms", "make_ms", "copy_ms", "sync_ms", "gpu_ms")], 5)
+        got = window_stamps.finite_numbers([run.get(k) for k in ("host_ms", "make_ms", "copy_ms", "sync_ms", "gpu_ms")], 5)
         if got is None:
             continue
         alloc = run.get("allocator")
