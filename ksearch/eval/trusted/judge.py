@@ -64,6 +64,7 @@ import torch
 from ksearch.eval import wire
 from ksearch.eval.clocks import stamps as window_stamps
 from ksearch.eval.clocks.gputime import WAKE_MS, per_call_ms
+from ksearch.eval.clocks.hoststall import HostCounters
 from ksearch.eval.clocks.noise import noise_floor, relative_spread
 from ksearch.eval.isolation import stopping
 from ksearch.eval.report import (
@@ -143,6 +144,8 @@ class _Window:
     #: the judge's perf_counter ms: clock start, request sent, reply received, candidate stopped, outputs
     #: taken (ksearch.eval.clocks.stamps.JUDGE_STAMPS)
     clock_ms: list[float] = field(default_factory=list)
+    #: what the host withheld around the clock (ksearch.eval.clocks.hoststall.HostCounters.since)
+    host: dict[str, float] = field(default_factory=dict)
 
 
 class CandidateGone(Exception):
@@ -196,6 +199,7 @@ class Judge:
         self.task: Task = load_task(job.task, Path(job.tasks_root) if job.tasks_root else None)
         self.device = job.device
         self.on_gpu = job.device.startswith("cuda")
+        self.last_host: dict[str, float] = {}      # the last clock reading's HostCounters.since
         if self.on_gpu and ":" in job.device:
             torch.cuda.set_device(torch.device(job.device))
         self.nonce = job.nonce if job.nonce is not None else secrets.randbits(48)
@@ -273,6 +277,7 @@ class Judge:
             from ksearch.eval.clocks.gputime import wake
             wake(min_ms=wake_ms)
         try:
+            host0 = HostCounters.read()         # outside the clock: what the host withheld during it
             t0 = time.perf_counter()
             try:
                 c.child.conn.send(dict(req, shared=True))
@@ -294,6 +299,7 @@ class Judge:
             outs = shared.take_outputs()
             taken = time.perf_counter()
             ms = (taken - t0) * 1e3
+            self.last_host = HostCounters.read().since(host0)
             held.settle()
             return (header, outs, ms, shared.changed_input(inputs) if inputs is not None else None,
                     [t * 1e3 for t in (t0, sent, replied, stopped, taken)])
@@ -577,10 +583,10 @@ class Judge:
             got = outs[j * k:(j + 1) * k]
             if probe:
                 if not self._matches(got, ref):
-                    return _Window(ms, header, stale=True, clock_ms=clock)
+                    return _Window(ms, header, stale=True, clock_ms=clock, host=self.last_host)
             elif not self.verify(c, w, got, ref, f"timed call ({label}, input set {j + 1})"):
                 return None
-        return _Window(ms, header, clock_ms=clock)
+        return _Window(ms, header, clock_ms=clock, host=self.last_host)
 
     def _matches(self, got: list[Any], ref: list[Any]) -> bool:
         got = [g.to(r.device) if isinstance(g, torch.Tensor) and isinstance(r, torch.Tensor) else g
@@ -660,6 +666,7 @@ class Judge:
                 parts = window_stamps.breakdown(got.clock_ms, got.header.get("stamps_ms"),
                                                 got.header.get("inputs_split_ms"), calls=n, mode=mode)
                 c.window_parts[w.name] = window_stamps.extremes(c.window_parts.get(w.name, []), parts)
+                _log_window(w.name, got, parts, n)
                 event = window_stamps.finite_number(got.header.get("event_ms"))
                 if event is not None:
                     claimed.append(per_call_ms(event, n, n * costs.flush_ms))
@@ -982,6 +989,22 @@ def probe_note(header: Any) -> str:
         parts.append(f"{got[0]:.2f} ms (make {got[1]:.2f}, copy {got[2]:.2f}, wait {got[3]:.2f}; GPU {got[4]:.2f})"
                      + (f" [{counts}]" if counts else ""))
     return ("its input generation re-run untimed: " + "; ".join(parts)) if parts else "no probe of its input generation"
+
+
+#: A diagnosis: with KSEARCH_WINDOW_LOG=path every timed GPU window is appended there as a JSON line (its
+#: parts, what the host withheld around it); read by scripts/window_log_summary.py.
+WINDOW_LOG = os.environ.get("KSEARCH_WINDOW_LOG", "")
+
+
+def _log_window(workload: str, got: _Window, parts: WindowBreakdown, calls: int) -> None:
+    if not WINDOW_LOG:
+        return
+    import json
+
+    line = {"workload": workload, "calls": calls, "ms": round(got.ms, 4), "parts_ms": parts.parts_ms,
+            "unusable": parts.unusable, "inputs_split_ms": parts.inputs_split_ms, "host": got.host}
+    with open(WINDOW_LOG, "a") as f:
+        f.write(json.dumps(line) + "\n")
 
 
 def window_note(kept: Sequence[WindowBreakdown], costs: TrustedCosts, per_call: float) -> str:
