@@ -178,3 +178,19 @@ def test_overhead(tmp_path, isolation):
               f"spawn to reaped {total_ms:.1f} ms (median of 10); CPU time {cpu_ms:.1f} ms per child "
               f"(zygote + child + init)")
         assert total_ms < 1000, totals          # tens of ms on an idle machine; generous for a loaded one
+
+
+def report_cpus(conn, payload) -> None:
+    import torch
+
+    conn.send({"cpus": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads()})
+
+
+def test_children_run_on_the_cpus_given_to_the_zygote(tmp_path):
+    """ksearch.eval.isolation.cpus: the candidates' CPUs apart from the judge's, their thread team sized to them."""
+    first = min(os.sched_getaffinity(0))
+    with ForkServer(cpus=(first,), walls=False) as s:
+        child = s.spawn("tests.test_forkserver:report_cpus", None, tmp_path)
+        assert child.conn.poll(60), child.output()[0]
+        assert child.conn.recv() == {"cpus": [first], "threads": 1}
+        assert "candidates on 1 CPUs of their own" in s.isolation_note

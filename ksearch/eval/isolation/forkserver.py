@@ -204,7 +204,8 @@ class ForkServer:
     def __init__(self, preload: list[str] | None = None, interpret: bool = False,
                  memory_limit_bytes: int | None = None, isolation: str = "auto", startup_timeout: float = 300.0,
                  drop_capabilities: bool = True, private_proc: bool = True, walls: bool = True,
-                 scratch_bytes: int | None = None, shm_bytes: int | None = None, cgroups: bool = True):
+                 scratch_bytes: int | None = None, shm_bytes: int | None = None, cgroups: bool = True,
+                 cpus: tuple[int, ...] | None = None):
         if isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be one of {ISOLATIONS}, not {isolation!r}")
         self.preload = list(preload or [])
@@ -215,6 +216,7 @@ class ForkServer:
         self.private_proc = private_proc      # False: keep the host's /proc (should a driver need it)
         self.walls = walls                    # False: none of ksearch.eval.isolation.walls (tests that need the host's view)
         self.cgroups = cgroups                # False: no control groups even where root may make them
+        self.cpus = cpus                      # the zygote's and its children's CPUs (ksearch.eval.isolation.cpus)
         self.scratch_bytes = scratch_bytes
         self.shm_bytes = shm_bytes
         self.walls_plan: Any = None           # the walls.WallsPlan the zygote probed
@@ -251,7 +253,8 @@ class ForkServer:
                   "memory_limit": self.memory_limit_bytes, "preload": self.preload,
                   "isolation": self.requested_isolation, "drop_capabilities": self.drop_capabilities,
                   "private_proc": self.private_proc, "walls": self.walls, "scratch_bytes": self.scratch_bytes,
-                  "shm_bytes": self.shm_bytes, "cgroups": self.cgroups}
+                  "shm_bytes": self.shm_bytes, "cgroups": self.cgroups,
+                  "cpus": list(self.cpus) if self.cpus else None}
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "ksearch.eval.isolation.zygote", json.dumps(config)],
@@ -271,6 +274,8 @@ class ForkServer:
                                   f"({describe_exit(self._proc.poll())}); its output:\n{out[-4000:]}")
         self.zygote_pid = self._proc.pid
         self.isolation, self.isolation_note = ready["isolation"], ready["note"]
+        if self.cpus:
+            self.isolation_note += f"; candidates on {len(self.cpus)} CPUs of their own"
         from ksearch.eval.isolation import walls as walls_module
         self.walls_plan = walls_module.from_json(ready["walls"]) if ready.get("walls") else None
         if self.walls_plan is not None:
@@ -806,6 +811,9 @@ def zygote_main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         _preload(config)
         import_s = time.perf_counter() - t0
+        if config.get("cpus"):
+            from ksearch.eval.isolation.cpus import run_on
+            run_on(config["cpus"])      # inherited by every child forked from here
         plan, cgroup_plan = None, None
         if config.get("walls", True):
             # Probed after the imports, so that each probe child is what a candidate will be: forked from

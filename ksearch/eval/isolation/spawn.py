@@ -85,7 +85,8 @@ class SpawnedCandidate:
 
 
 class CandidateSpawner:
-    def __init__(self, *, interpret: bool, memory_limit_bytes: int | None = None, root: str | None = None):
+    def __init__(self, *, interpret: bool, memory_limit_bytes: int | None = None, root: str | None = None,
+                 cpus: tuple[int, ...] | None = None):
         from ksearch.eval.isolation.forkserver import ForkServer
 
         self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
@@ -95,7 +96,7 @@ class CandidateSpawner:
         # candidate then died creating its caches, "Permission denied").
         os.chmod(self.root, 0o711)
         self.server = ForkServer(preload=["ksearch.eval.candidate.harness"], interpret=interpret,
-                                 memory_limit_bytes=memory_limit_bytes)
+                                 memory_limit_bytes=memory_limit_bytes, cpus=cpus)
         self.count = 0
         self.seed_cache: Path | None = None
         self._hidden: dict[str, tuple[str, ...]] = {}

@@ -513,7 +513,7 @@ class Judge:
 
     def _reveal_ms(self, w: Workload, n_sets: int, trials: int = 3) -> float:
         """The judge's own time for what a window does besides calls: fresh inputs generated into P sets,
-        P outputs fetched into shared memory, one synchronisation. The fastest of `trials` (after a warm-up)."""
+        P outputs fetched into shared memory, one synchronisation, the judge's copy of them. The fastest of `trials` (after a warm-up)."""
         from ksearch.eval.clocks.gputime import reveal, wake
 
         names = self.task.definition.input_names
@@ -536,6 +536,7 @@ class Judge:
                 for o, slot in zip(outs, shared.output_slots):
                     slot.copy_(o)
                 torch.cuda.synchronize()
+                shared.take_outputs()       # the judge's own copy of the slots ends every window's clock
                 walls.append((time.perf_counter() - t0) * 1e3)
         del sets, outs
         torch.cuda.empty_cache()

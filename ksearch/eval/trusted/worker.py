@@ -71,10 +71,19 @@ def _setup(config: dict[str, Any]) -> None:
     if config.get("interpret"):
         torch.set_num_threads(1)      # see sandbox.WorkerProcess: thread pools make CPU timings erratic
 
+    split = None
+    if not config.get("interpret") and torch.cuda.is_available():
+        # the judge's CPUs apart from the candidates' (ksearch.eval.isolation.cpus: thread teams that wait
+        # for a core another process spins on stalled GPU windows by 2-49 ms)
+        from ksearch.eval.isolation import cpus
+        split = cpus.plan()
+        if split is not None:
+            cpus.run_on(split.judge)
+
     global _SPAWNER
     from ksearch.eval.isolation.spawn import CandidateSpawner
     _SPAWNER = CandidateSpawner(interpret=bool(config.get("interpret")), memory_limit_bytes=config.get("memory_limit"),
-                                root=config.get("scratch_root"))
+                                root=config.get("scratch_root"), cpus=split.candidates if split else None)
     if not config.get("interpret"):
         _SPAWNER.warm_triton_cache()
 
