@@ -315,13 +315,21 @@ class FlushCosts:
     eager_sync_ms: float        # one eager flush and the two device-wide synchronisations around a call
 
 
-def flush_costs(trials: int = 3) -> FlushCosts:
-    """Per flush inside a graph as a slope (graphs of 16 and 80 flushes: a replay's own launch and sync cost
-    cancels), and per eager [flush, synchronise] iteration."""
+#: Flush counts of the two graphs whose difference is the in-graph flush cost: 1024 flushes apart (~35 ms on
+#: an H100), so a replay's launch-and-synchronise jitter (tens of µs) moves the slope by hundredths of a µs.
+#: With 16 and 80 the slope moved by ~0.6 µs from one worker to the next (H200, 2026-12-05), and a 7 µs
+#: kernel timed behind a 33 µs flush per call differed by 7.8% between two evaluations of it.
+FLUSH_GRAPHS = (64, 1088)
+
+
+def flush_costs(trials: int = 5) -> FlushCosts:
+    """Per flush inside a graph as a slope (graphs of FLUSH_GRAPHS flushes: a replay's own launch and sync
+    cost cancels), and per eager [flush, synchronise] iteration; on a GPU woken first (`wake`), as before a
+    window."""
     flush = flush_buffer().zero_
     torch.cuda.synchronize()
     graphs = {}
-    for n in (16, 80):
+    for n in FLUSH_GRAPHS:
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             for _ in range(n):
@@ -329,8 +337,9 @@ def flush_costs(trials: int = 3) -> FlushCosts:
         g.replay()
         graphs[n] = g
     torch.cuda.synchronize()
-    walls: dict[int, list[float]] = {16: [], 80: []}
+    walls: dict[int, list[float]] = {n: [] for n in FLUSH_GRAPHS}
     eager: list[float] = []
+    wake()
     for _ in range(trials):
         for n, g in graphs.items():
             t0 = time.perf_counter()
@@ -338,13 +347,14 @@ def flush_costs(trials: int = 3) -> FlushCosts:
             torch.cuda.synchronize()
             walls[n].append((time.perf_counter() - t0) * 1e3)
         t0 = time.perf_counter()
-        for _ in range(16):         # `eager_sync_loop` without its calls
+        for _ in range(64):         # `eager_sync_loop` without its calls
             flush()
             torch.cuda.synchronize()
             torch.cuda.synchronize()
-        eager.append((time.perf_counter() - t0) * 1e3 / 16)
+        eager.append((time.perf_counter() - t0) * 1e3 / 64)
     del graphs
-    return FlushCosts(per_call_ms(min(walls[80]), 64, min(walls[16])), min(eager))
+    small, large = FLUSH_GRAPHS
+    return FlushCosts(per_call_ms(min(walls[large]), large - small, min(walls[small])), min(eager))
 
 
 def eager_ms(call: Callable[[int], Any], n_sets: int, n: int, device: str, trials: int) -> list[float]:
