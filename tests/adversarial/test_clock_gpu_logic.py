@@ -38,6 +38,7 @@ class Script:
         self.presend_after = None          # after this op, write one reply ahead
         self.on_profile = None             # (conn, request) -> None: answers the advisory profile request
         self.stamps = "honest"             # a window's stamps_ms: "honest" (its perf_counter), or what to send
+        self.echo_ms = 0.0                 # what answering an `echo` takes (the judge's stand-in only)
         self.__dict__.update(kw)
         self.log: list[tuple[str, dict]] = []
 
@@ -76,6 +77,10 @@ def _serve(sock: socket.socket, task, script: Script) -> None:
             send({"ok": True, "est_ms": script.est_ms})
         elif op == "capture":
             send({"ok": True, "captured": script.captured, "kernels": script.kernels, "error": "scripted"})
+        elif op == "echo":
+            exchange.Mapped(fd, req["layout"]).close()
+            time.sleep(script.echo_ms / 1e3)
+            send({"ok": True})
         elif op == "call":
             shared = exchange.Mapped(fd, req["layout"])
             for slot, value in zip(shared.outputs, outputs(req["workload"], req["seed"])):
@@ -251,12 +256,13 @@ def test_a_disagreement_between_clock_and_events_is_quoted_with_where_the_window
     from ksearch.eval.clocks.stamps import breakdown, extremes
     from ksearch.eval.trusted.judge import TrustedCosts, window_note
 
-    costs = TrustedCosts(reveal_ms=0.5, flush_ms=0.03, flush_sync_ms=0.05)
+    costs = TrustedCosts(reveal_ms=0.5, flush_ms=0.03, flush_sync_ms=0.05, protocol_ms=1.25)
     judge = [100.0, 100.1, 130.0, 130.1, 131.0]
     honest = breakdown(judge, [100.2, 100.3, 104.3, 129.3, 129.8, 129.9], [3.0, 0.5, 0.5], calls=300, mode="graph")
     lying = breakdown([0.0, 0.1, 25.0, 25.1, 25.2], [1.0, 2.0, 3.0, 2.0, 4.0, 5.0], calls=300, mode="graph")
     note = window_note(extremes([honest], lying), costs, costs.flush_ms)
-    assert note.startswith("windows of 300 calls, less the judge's own 0.50 ms of inputs and outputs and 300 x "
+    assert note.startswith("windows of 300 calls, less the judge's own 0.50 ms of inputs and outputs, 1.25 ms of "
+                           "protocol and 300 x "
                            "30.0 µs of flushes; slowest 31.00 ms: send 0.10, request in flight 0.10, map 0.10, "
                            "inputs 4.00 (make 3.00, copy 0.50, wait 0.50), calls 25.00, outputs 0.50, until its "
                            "reply 0.10, reply in flight 0.10, stop 0.10, take 0.90; fastest 25.20 ms: "), note
@@ -390,3 +396,43 @@ def test_the_harness_stamps_a_window_on_the_judges_clock(monkeypatch, task, work
     parts = breakdown(got.clock_ms, stamps, got.header.get("inputs_split_ms"), calls=2, mode="eager_sync")
     assert parts.unusable == "" and parts.calls == 2 and len(parts.inputs_split_ms) == 3, parts
     assert abs(sum(parts.parts_ms.values()) - got.ms) < 1e-3 and parts.parts_ms["calls"] > 0, parts
+
+
+def test_the_protocol_around_a_window_is_measured_through_the_judges_stand_in(monkeypatch, task, workloads):
+    """The judge's clock around its own stand-in's `echo` is what a window holds for the protocol alone; it is
+    subtracted with the inputs and the flushes, and measured before any candidate starts."""
+    no_gpu_waits(monkeypatch)
+    script = Script(echo_ms=4.0)
+    job = EvalJob(task=TASK, candidates=[("# scripted", "scripted")], workloads=list(workloads[:1]), device="cpu",
+                  metric=Metric.gpu_time, trials=3, check_trials=1, warmup=1, timeout_s=60)
+    j = Judge(job, ScriptedSpawner(task, script))
+    j.on_gpu = True
+    stand = j._stand_in()
+    assert stand.ok and "def run(" in stand.source
+    ms = j._protocol_ms(stand, workloads[0], trials=3)
+    j._end(stand)
+    assert 4.0 <= ms < 60.0
+    assert [op for op, _ in script.log].count("echo") == 4            # a warm-up and three
+    costs = TrustedCosts(reveal_ms=1.0, flush_ms=0.02, flush_sync_ms=0.05, protocol_ms=ms)
+    assert costs.besides_calls(100, costs.flush_ms) == pytest.approx(1.0 + ms + 2.0)
+
+
+def test_the_real_harness_answers_echo_for_the_stand_in(task, workloads):
+    """The stand-in through the real spawner and harness (CPU): spawned like a candidate, a no-op loaded,
+    `echo` answered within the judge's clock."""
+    from ksearch.eval.isolation.spawn import CandidateSpawner
+
+    spawner = CandidateSpawner(interpret=True)
+    try:
+        job = EvalJob(task=TASK, candidates=[], workloads=list(workloads[:1]), device="cpu",
+                      metric=Metric.gpu_time, timeout_s=60, tasks_root=str(task.dir.parent))
+        j = Judge(job, spawner)
+        stand = j._stand_in()
+        try:
+            assert stand.ok, stand.report.summary()
+            ms = j._protocol_ms(stand, workloads[0], trials=3)
+        finally:
+            j._end(stand)
+        assert 0.0 < ms < 500.0
+    finally:
+        spawner.close()

@@ -34,6 +34,9 @@ Requests (pickled dicts from the judge; each gets exactly one reply; `shared`: a
                                   be sent], inputs_split_ms: [make, copy, wait for the GPU]}
                                   (a cross-check and a diagnosis only, ksearch.eval.clocks.stamps; the
                                   judge's clock counts)
+  echo {layout, shared}           map the shared memory, unmap it, reply: sent only to the judge's own
+                                  stand-in (a trusted no-op source, never a candidate's), to measure what
+                                  the protocol around a window costs (ksearch.eval.trusted.judge)
   reveal_probe {seeds}            (GPU, untimed, quoted only) the input generation of a window again, per
                                   seed: its parts by the host clock, its GPU time, the allocator's counters
   profile {workload, seed}        (GPU, advisory, after all timing) one warm call, then one call under the
@@ -177,7 +180,7 @@ def _load(k: _Kernel) -> dict[str, Any]:
 
 
 #: Requests the judge's clock runs around: the garbage collector is paused while one is served.
-CLOCKED_OPS = frozenset({"call", "window"})
+CLOCKED_OPS = frozenset({"call", "window", "echo"})
 #: Requests after which the process's objects are collected once and frozen (before the reply: the judge's
 #: clock is not running), so that a collection triggered between clocked requests has little to walk.
 SETTLING_OPS = frozenset({"ready", "pool", "capture"})
@@ -207,7 +210,7 @@ class _Server:
         self.ops: dict[str, Callable[[dict[str, Any], int | None], dict[str, Any]]] = {
             "ready": self.ready, "call": self.call, "inspect": self.inspect, "pool": self.pool,
             "capture": self.capture, "window": self.window, "profile": self.profile,
-            "reveal_probe": self.reveal_probe}
+            "reveal_probe": self.reveal_probe, "echo": self.echo}
         self._map = exchange.Mapped
         self._scrub = scrub
         self._no_grad = torch.no_grad
@@ -439,6 +442,12 @@ class _Server:
             return {"ok": True, "event_ms": event_ms, "stamps_ms": stamps, "inputs_split_ms": split}
         finally:
             shared.close()
+
+    def echo(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
+        """A window without inputs, calls or outputs: the shared memory mapped as a window maps it, then the
+        reply. What the judge's clock holds for it is the protocol's own cost."""
+        self._map(fd, req["layout"]).close()     # type: ignore[arg-type]  # the judge sends its file
+        return {"ok": True}
 
     def reveal_probe(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
         """Untimed, after a workload's windows, when the judge's clock and this process's events disagree: the

@@ -123,11 +123,15 @@ class TrustedCosts:
     reveal_ms: float            # P fresh input sets generated and copied in, their outputs fetched to the host
     flush_ms: float             # one L2 flush inside a graph replay
     flush_sync_ms: float        # one eager L2 flush and the synchronisations around a call (eager_sync)
+    #: the protocol around a window: request and descriptor sent, shared memory mapped, reply, the process
+    #: stopped, the slots copied; the judge's clock around its own stand-in's `echo` (0: not measured)
+    protocol_ms: float = 0.0
 
     def besides_calls(self, n: int, per_call: float) -> float:
-        """What a window of n calls holds besides them: the fresh inputs and fetched outputs, and `per_call`
-        for each call (a flush inside a graph, or an eager flush with its synchronisations)."""
-        return self.reveal_ms + n * per_call
+        """What a window of n calls holds besides them: the fresh inputs and fetched outputs, the protocol
+        around them, and `per_call` for each call (a flush inside a graph, or an eager flush with its
+        synchronisations)."""
+        return self.reveal_ms + self.protocol_ms + n * per_call
 
 
 NO_COSTS = TrustedCosts(0.0, 0.0, 0.0)      # subtracting nothing only ever makes a candidate look slower
@@ -496,10 +500,15 @@ class Judge:
         return self._bytes(self.task.definition.outputs, w)
 
     # ---- GPU timing ---------------------------------------------------------------------------------------
-    def trusted(self, w: Workload) -> TrustedCosts:
-        """What a window costs besides the candidate's calls, measured here (cached per worker process)."""
+    def _costs_key(self, w: Workload) -> tuple[Any, ...]:
+        return (self.task.name, str(self.task.dir), w.name, self.timing_sets(w), self.device,
+                self.spawner is not None)
+
+    def trusted(self, w: Workload, stand_in: _Cand | None = None) -> TrustedCosts:
+        """What a window costs besides the candidate's calls, measured here (cached per worker process); the
+        protocol's part through `stand_in` (`_protocol_ms`), none without one."""
         n_sets = self.timing_sets(w)
-        key = (self.task.name, str(self.task.dir), w.name, n_sets, self.device)
+        key = self._costs_key(w)
         if key not in _TRUSTED:
             from ksearch.eval.clocks.gputime import flush_costs
 
@@ -508,12 +517,44 @@ class Judge:
                 f = flush_costs()
                 _TRUSTED[flush_key] = TrustedCosts(0.0, f.in_graph_ms, f.eager_sync_ms)
             flush = _TRUSTED[flush_key]
-            _TRUSTED[key] = TrustedCosts(self._reveal_ms(w, n_sets), flush.flush_ms, flush.flush_sync_ms)
+            protocol = self._protocol_ms(stand_in, w) if stand_in is not None and stand_in.ok else 0.0
+            _TRUSTED[key] = TrustedCosts(self._reveal_ms(w, n_sets), flush.flush_ms, flush.flush_sync_ms, protocol)
         return _TRUSTED[key]
+
+    def _stand_in(self) -> _Cand:
+        """The judge's own stand-in for a candidate: the candidates' harness in a process spawned as theirs are
+        (the same walls, CPUs and stop), loading a no-op the judge wrote. Only it is ever sent `echo`."""
+        entry = self.job.entry if self.job.entry.isidentifier() else "run"
+        stand = _Cand("judge-stand-in", f"def {entry}(*args, **kwargs):\n    return None\n",
+                      EvalReport("judge-stand-in", Status.PASSED, self.device))
+        self.start(stand, -1)
+        return stand
+
+    def _protocol_ms(self, stand: _Cand, w: Workload, trials: int = 7) -> float:
+        """The judge's clock around `echo` windows of its stand-in with this workload's shared layout (P sets'
+        output slots): what a candidate's window holds for the protocol alone. The median after a warm-up,
+        as the candidate's windows are read by their median; 0 when the stand-in fails."""
+        n_sets = self.timing_sets(w)
+        outs = [t for _ in range(n_sets) for t in self._output_templates(w, w.input_seed(self.nonce ^ 0xEC40, 0))]
+        layout = exchange.plan(None, (), outs, self.names * n_sets)
+        del outs
+        walls = []
+        try:
+            for _ in range(trials + 1):
+                with exchange.SharedCall(layout) as shared:
+                    header, _, ms, _, _ = self.timed(stand, {"op": "echo", "layout": layout}, shared,
+                                                     wake_ms=WAKE_MS if self.on_gpu else 0.0)
+                if not header.get("ok"):
+                    return 0.0
+                walls.append(ms)
+        except CandidateGone:
+            return 0.0
+        return statistics.median(walls[1:])
 
     def _reveal_ms(self, w: Workload, n_sets: int, trials: int = 3) -> float:
         """The judge's own time for what a window does besides calls: fresh inputs generated into P sets,
-        P outputs fetched into shared memory, one synchronisation, the judge's copy of them. The fastest of `trials` (after a warm-up)."""
+        P outputs fetched into shared memory, one synchronisation (the judge's copy of them is in the
+        protocol's part, `_protocol_ms`). The fastest of `trials` (after a warm-up)."""
         from ksearch.eval.clocks.gputime import reveal, wake
 
         names = self.task.definition.input_names
@@ -536,7 +577,6 @@ class Judge:
                 for o, slot in zip(outs, shared.output_slots):
                     slot.copy_(o)
                 torch.cuda.synchronize()
-                shared.take_outputs()       # the judge's own copy of the slots ends every window's clock
                 walls.append((time.perf_counter() - t0) * 1e3)
         del sets, outs
         torch.cuda.empty_cache()
@@ -693,7 +733,7 @@ class Judge:
             got = self.window(c, w, "eager", n_eager)
             if got is None:
                 return
-            lat.append(per_call_ms(got.ms, n_eager, costs.reveal_ms))
+            lat.append(per_call_ms(got.ms, n_eager, costs.besides_calls(n_eager, 0.0)))
         self.record(c, w, gpu, lat, method, claimed)
 
     def record(self, c: _Cand, w: Workload, gpu: list[float], lat: list[float], method: TimingMethod,
@@ -809,15 +849,24 @@ class Judge:
 
     def _measure_trusted(self) -> None:
         """The judge's own costs for every workload, before any candidate runs (nothing else on the GPU).
-        Where that fails, nothing is subtracted: candidates can then only look slower, never faster."""
-        for w in self.job.workloads:
-            try:
-                self.costs[w.name] = self.trusted(w)
-            except Exception as e:      # noqa: BLE001 - the judge's own GPU work; the timing stays safe
-                self.costs[w.name] = NO_COSTS
-                for c in self.cands:
-                    c.report.flags.append(f"{w.name}: the judge could not measure its own window costs "
-                                          f"({type(e).__name__}: {e}); GPU times include them")
+        Where that fails, nothing is subtracted: candidates can then only look slower, never faster. The
+        protocol's part is measured through a stand-in process, started only when some workload's costs are
+        not known to this worker yet."""
+        stand = None
+        try:
+            if self.spawner is not None and any(self._costs_key(w) not in _TRUSTED for w in self.job.workloads):
+                stand = self._stand_in()
+            for w in self.job.workloads:
+                try:
+                    self.costs[w.name] = self.trusted(w, stand)
+                except Exception as e:      # noqa: BLE001 - the judge's own GPU work; the timing stays safe
+                    self.costs[w.name] = NO_COSTS
+                    for c in self.cands:
+                        c.report.flags.append(f"{w.name}: the judge could not measure its own window costs "
+                                              f"({type(e).__name__}: {e}); GPU times include them")
+        finally:
+            if stand is not None:
+                self._end(stand)
 
     def _guarded(self, c: _Cand, w: Workload, step: Any) -> None:
         if not c.ok:
@@ -1014,7 +1063,8 @@ def window_note(kept: Sequence[WindowBreakdown], costs: TrustedCosts, per_call: 
     if not kept:
         return "no timed window"
     n = kept[0].calls
-    return (f"windows of {n} calls, less the judge's own {costs.reveal_ms:.2f} ms of inputs and outputs and {n} x "
+    return (f"windows of {n} calls, less the judge's own {costs.reveal_ms:.2f} ms of inputs and outputs, "
+            f"{costs.protocol_ms:.2f} ms of protocol and {n} x "
             f"{per_call * 1e3:.1f} µs of flushes; " + "; ".join(window_stamps.words(b) for b in kept))
 
 
