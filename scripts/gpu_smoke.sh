@@ -46,6 +46,9 @@ ROUNDS=${SMOKE_ROUNDS:-6}
 RUNS=/tmp/smoke_runs; rm -rf $RUNS; mkdir -p $RUNS
 T0=$(date +%s)
 : > "$LOG/summary.txt"
+# Every timed GPU window of the call, its parts and what the host withheld around it (ksearch.eval.trusted.judge,
+# KSEARCH_WINDOW_LOG), summarised per workload at the end into window_summary.log (scripts/window_log_summary.py).
+export KSEARCH_WINDOW_LOG=${KSEARCH_WINDOW_LOG:-$LOG/windows.log}     # JSON lines; .log: packed with the logs
 # The device machine's copy of the tree may carry stale git metadata: SMOKE_COMMIT names the commit tested.
 summary "gpu_smoke at ${SMOKE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')} on $(date -u +%FT%TZ)"
 step env 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv,noheader &&
@@ -113,6 +116,7 @@ if [[ " ${STEPS:-} " == *" reveal_stages "* ]]; then
   sed 's/^/      /' "$LOG/reveal_stages.log" | tail -20
 fi
 
+[ -s "$KSEARCH_WINDOW_LOG" ] && python3 scripts/window_log_summary.py "$KSEARCH_WINDOW_LOG" > "$LOG/window_summary.log" 2>&1
 tar czf "$LOG/runs.tgz" -C $RUNS . 2>/dev/null
 save_baseline_cache "$LOG/baselines.sqlite"
 pack_logs

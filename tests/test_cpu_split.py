@@ -44,3 +44,23 @@ def test_host_counters_difference_only_what_both_readings_have():
     assert after.since(before) == {"throttled_periods": 2, "throttled_ms": 3.5}
     reading = HostCounters.read()           # whatever this host offers; never raises
     assert reading.since(reading).get("pressure_ms", 0.0) == 0.0
+
+
+def test_the_window_log_appends_one_json_line_per_window(tmp_path, monkeypatch):
+    import json
+
+    from ksearch.eval.report import WindowBreakdown
+    from ksearch.eval.trusted import judge
+
+    path = tmp_path / "windows.log"
+    window = judge._Window(12.5, {}, host={"pressure_ms": 0.2})
+    parts = WindowBreakdown(which="", mode="graph", calls=10, ms=12.5, parts_ms={"send": 0.1, "candidate": 12.4})
+    monkeypatch.setattr(judge, "WINDOW_LOG", "")
+    judge._log_window("w1", window, parts, 10)
+    assert not path.exists()                        # off unless asked for
+    monkeypatch.setattr(judge, "WINDOW_LOG", str(path))
+    judge._log_window("w1", window, parts, 10)
+    judge._log_window("w2", window, parts, 10)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [x["workload"] for x in lines] == ["w1", "w2"]
+    assert lines[0]["parts_ms"] == {"send": 0.1, "candidate": 12.4} and lines[0]["host"] == {"pressure_ms": 0.2}
