@@ -72,6 +72,9 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         {"PROGRAMS_PER_SM": 4, "MIN_CHUNK": 32, "BLOCK_N": 16},
         {"VALUE_SPLIT": 2, "NUM_WARPS": 8, "BLOCK_N": 64}, {"MERGE": "last_program"},
         {"MERGE": "last_program", "VALUE_SPLIT": 2, "NUM_WARPS": 8}, {"CACHED_LAUNCH": False},
+        # the merge over column slices (session 14, unmeasured): GQA's MERGE_SPLIT fixed its few-long shapes
+        {"MERGE_SPLIT": 4}, {"MERGE_SPLIT": 8}, {"MERGE_SPLIT": 8, "NUM_STAGES": 3},
+        {"MERGE_SPLIT": 8, "MERGE_HEADS": 16}, {"MERGE_SPLIT": 8, "PROGRAMS_PER_SM": 4},
     ],
 }
 #: The catalog's other families at their defaults. The fused_* ones publish a host-side tag per call, so a

@@ -36,7 +36,7 @@ KNOBS = {
     GQA: [{}, {"BLOCK_N": 16, "MIN_CHUNK": 16, "PROGRAMS_PER_SM": 8, "NUM_WARPS": 2, "MERGE": "last_program"},
           {"BLOCK_N": 128, "MIN_CHUNK": 256, "PROGRAMS_PER_SM": 1, "NUM_WARPS": 8, "CACHED_LAUNCH": False,
            "MERGE_SPLIT": 2}],
-    MLA: [{}, {"BLOCK_N": 16, "MIN_CHUNK": 16, "VALUE_SPLIT": 4, "MERGE_HEADS": 16},
+    MLA: [{}, {"BLOCK_N": 16, "MIN_CHUNK": 16, "VALUE_SPLIT": 4, "MERGE_HEADS": 16, "MERGE_SPLIT": 8},
           {"BLOCK_N": 64, "MIN_CHUNK": 32, "VALUE_SPLIT": 2, "MERGE": "last_program", "NUM_WARPS": 8}],
 }
 
