@@ -67,11 +67,11 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
     MLA: [
         {}, {"PROGRAMS_PER_SM": 1}, {"PROGRAMS_PER_SM": 4}, {"BLOCK_N": 16}, {"BLOCK_N": 64},
         {"BLOCK_N": 64, "NUM_WARPS": 8}, {"NUM_WARPS": 8}, {"VALUE_SPLIT": 2}, {"VALUE_SPLIT": 2, "NUM_WARPS": 8},
-        {"VALUE_SPLIT": 4}, {"VALUE_SPLIT": 2, "PROGRAMS_PER_SM": 1}, {"NUM_STAGES": 1}, {"NUM_STAGES": 3},
+        {"VALUE_SPLIT": 2, "PROGRAMS_PER_SM": 1}, {"NUM_STAGES": 1}, {"NUM_STAGES": 3},
         {"MIN_CHUNK": 32}, {"MIN_CHUNK": 128}, {"MIN_CHUNK": 256}, {"MERGE_HEADS": 16},
-        {"PROGRAMS_PER_SM": 4, "MIN_CHUNK": 32, "BLOCK_N": 16},
-        {"VALUE_SPLIT": 2, "NUM_WARPS": 8, "BLOCK_N": 64}, {"MERGE": "last_program"},
-        {"MERGE": "last_program", "VALUE_SPLIT": 2, "NUM_WARPS": 8}, {"CACHED_LAUNCH": False},
+        {"MERGE": "last_program"}, {"CACHED_LAUNCH": False},
+        # dropped after session 14's H100 sweep (0.24-0.51x geomean): VALUE_SPLIT 4, last_program with
+        # VALUE_SPLIT 2 and 8 warps, fine chunks (4 per SM, 32 tokens, 16 rows), VALUE_SPLIT 2 with 64 rows
         # the merge over column slices (session 14, unmeasured): GQA's MERGE_SPLIT fixed its few-long shapes
         {"MERGE_SPLIT": 4}, {"MERGE_SPLIT": 8}, {"MERGE_SPLIT": 8, "NUM_STAGES": 3},
         {"MERGE_SPLIT": 8, "MERGE_HEADS": 16}, {"MERGE_SPLIT": 8, "PROGRAMS_PER_SM": 4},
