@@ -518,7 +518,10 @@ class Judge:
                 _TRUSTED[flush_key] = TrustedCosts(0.0, f.in_graph_ms, f.eager_sync_ms)
             flush = _TRUSTED[flush_key]
             protocol = self._protocol_ms(stand_in, w) if stand_in is not None and stand_in.ok else 0.0
-            _TRUSTED[key] = TrustedCosts(self._reveal_ms(w, n_sets), flush.flush_ms, flush.flush_sync_ms, protocol)
+            costs = TrustedCosts(self._reveal_ms(w, n_sets), flush.flush_ms, flush.flush_sync_ms, protocol)
+            if self.spawner is not None and not protocol:
+                return costs        # the stand-in failed: nothing subtracted for it now, measured again next job
+            _TRUSTED[key] = costs
         return _TRUSTED[key]
 
     def _stand_in(self) -> _Cand:
@@ -855,7 +858,12 @@ class Judge:
         stand = None
         try:
             if self.spawner is not None and any(self._costs_key(w) not in _TRUSTED for w in self.job.workloads):
-                stand = self._stand_in()
+                try:
+                    stand = self._stand_in()
+                except Exception as e:      # noqa: BLE001 - no stand-in: the protocol is not subtracted (safe)
+                    for c in self.cands:
+                        c.report.flags.append(f"the judge's stand-in did not start ({type(e).__name__}: {e}); "
+                                              f"GPU times include the protocol around each window")
             for w in self.job.workloads:
                 try:
                     self.costs[w.name] = self.trusted(w, stand)
