@@ -17,6 +17,20 @@ def test_the_judge_keeps_a_quarter_and_the_candidates_the_rest():
     assert cpus.plan(set(range(8))).judge == (0, 1)                     # type: ignore[union-attr]
 
 
+def test_workers_on_different_gpus_split_their_own_share_of_the_host():
+    host = set(range(128))          # an 8-GPU host: 16 CPUs a GPU
+    shares = [cpus.plan(host, slot, 8) for slot in range(8)]
+    assert shares[0].judge == (0, 1, 2, 3) and shares[0].candidates == tuple(range(4, 16))   # type: ignore[union-attr]
+    assert shares[7].judge == (112, 113, 114, 115)                                           # type: ignore[union-attr]
+    seen = [c for s in shares for c in s.judge + s.candidates]                               # type: ignore[union-attr]
+    assert len(seen) == len(set(seen)) == 128
+    assert cpus.plan(set(range(16)), 1, 4) is None          # a share of 4 CPUs: nothing to split
+
+
+def test_a_cpu_worker_takes_the_whole_host():
+    assert cpus.gpu_slot("cpu") == (0, 1)
+
+
 def test_nothing_is_split_on_a_small_host():
     assert cpus.plan({0, 1}) is None and cpus.plan(set(range(7))) is None
 

@@ -32,14 +32,37 @@ class CpuSplit:
         return f"judge on {len(self.judge)} CPUs, candidates on {len(self.candidates)}"
 
 
-def plan(available: set[int] | None = None) -> CpuSplit | None:
-    """The split of this process's CPUs: the judge a quarter (at least 2, at most 8), the candidates the rest;
+def plan(available: set[int] | None = None, slot: int = 0, slots: int = 1) -> CpuSplit | None:
+    """The split of this process's CPUs, or of the `slot`-th of `slots` equal shares of them (one per GPU when
+    a worker per GPU shares the host): the judge a quarter (at least 2, at most 8), the candidates the rest;
     None below MIN_CPUS."""
     cpus = sorted(os.sched_getaffinity(0) if available is None else available)
+    if slots > 1 and 0 <= slot < slots:
+        share = len(cpus) // slots
+        cpus = cpus[slot * share:(slot + 1) * share]
     if len(cpus) < MIN_CPUS:
         return None
     keep = min(8, max(2, len(cpus) // 4))
     return CpuSplit(tuple(cpus[:keep]), tuple(cpus[keep:]))
+
+
+def gpu_slot(device: str) -> tuple[int, int]:
+    """(this worker's share, shares) of the host's CPUs for a worker on `device`: one share per GPU of the host,
+    so workers on different GPUs never pin onto the same CPUs. `cuda:i` with several GPUs visible: share i of
+    their count; a worker that sees one GPU (Ray's actors: CUDA_VISIBLE_DEVICES=i) takes share i of the host's
+    GPU device nodes; otherwise the whole host."""
+    import torch
+
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device.startswith("cuda:") and visible > 1:
+        index = int(device.split(":", 1)[1])
+        return (index, visible) if 0 <= index < visible else (0, 1)
+    only = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if visible == 1 and only.isdigit():
+        host = sum(1 for name in os.listdir("/dev") if name.startswith("nvidia") and name[6:].isdigit())
+        if host > 1 and int(only) < host:
+            return int(only), host
+    return 0, 1
 
 
 def run_on(cpus: tuple[int, ...] | list[int]) -> None:

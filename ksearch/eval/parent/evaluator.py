@@ -141,7 +141,7 @@ class Evaluator:
     def _spawn(self) -> WorkerProcess:
         self.workers_started += 1
         return WorkerProcess(interpret=not self.on_gpu, memory_limit_bytes=self._memory_limit(),
-                             tasks=[self.task_snapshot])
+                             tasks=[self.task_snapshot], device=self.settings.device)
 
     def _request(self, kind: str, payload: Any, timeout_s: float, label: str) -> Reply:
         if self._worker is None or not self._worker.alive():

@@ -186,7 +186,8 @@ def _package_root() -> str:
 class WorkerProcess:
     """One spawned worker. Not thread-safe: one request at a time."""
 
-    def __init__(self, *, interpret: bool, memory_limit_bytes: int | None = None, tasks: list[Any] | None = None):
+    def __init__(self, *, interpret: bool, memory_limit_bytes: int | None = None, tasks: list[Any] | None = None,
+                 device: str = ""):
         self.tasks = list(tasks or [])       # TaskSnapshots the worker pins before its first job
         parent_sock, child_sock = socket.socketpair()
         read_fd, write_fd = os.pipe()
@@ -211,7 +212,8 @@ class WorkerProcess:
         # worker is killed (it cannot clean up after itself then).
         self.scratch_root = new_scratch_root()
         config = {"fd": child_sock.fileno(), "parent": os.getpid(), "interpret": interpret,
-                  "memory_limit": memory_limit_bytes, "scratch_root": str(self.scratch_root)}
+                  "memory_limit": memory_limit_bytes, "scratch_root": str(self.scratch_root),
+                  "device": device}         # a GPU worker's share of the host's CPUs (isolation.cpus.gpu_slot)
         try:
             argv = [sys.executable, "-c", "from ksearch.eval.trusted.worker import main; main()", json.dumps(config)]
             self.proc = _LAUNCHER.submit(lambda: subprocess.Popen(

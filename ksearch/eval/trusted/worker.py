@@ -76,7 +76,7 @@ def _setup(config: dict[str, Any]) -> None:
         # the judge's CPUs apart from the candidates' (ksearch.eval.isolation.cpus: thread teams that wait
         # for a core another process spins on stalled GPU windows by 2-49 ms)
         from ksearch.eval.isolation import cpus
-        split = cpus.plan()
+        split = cpus.plan(None, *cpus.gpu_slot(str(config.get("device") or "cuda")))
         if split is not None:
             cpus.run_on(split.judge)
 
