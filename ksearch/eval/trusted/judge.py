@@ -538,7 +538,8 @@ class Judge:
         output slots): what a candidate's window holds for the protocol alone. The median after a warm-up,
         as the candidate's windows are read by their median; 0 when the stand-in fails."""
         n_sets = self.timing_sets(w)
-        outs = [t for _ in range(n_sets) for t in self._output_templates(w, w.input_seed(self.nonce ^ 0xEC40, 0))]
+        # the seed `_reveal_ms` takes its templates from: one reference computed for both
+        outs = [t for _ in range(n_sets) for t in self._output_templates(w, w.input_seed(self.nonce ^ 0x5EED, 800))]
         layout = exchange.plan(None, (), outs, self.names * n_sets)
         del outs
         walls = []
