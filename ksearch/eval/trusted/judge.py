@@ -57,7 +57,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -138,6 +138,15 @@ NO_COSTS = TrustedCosts(0.0, 0.0, 0.0)      # subtracting nothing only ever make
 _TRUSTED: dict[tuple[Any, ...], TrustedCosts] = {}   # per worker process: measured once, reused by later jobs
 
 
+class _Clock(NamedTuple):
+    """One reading of the judge's clock besides its ms: where it went and what the host withheld around it."""
+
+    #: perf_counter ms at its start, request sent, reply received, candidate stopped, outputs taken = its end
+    #: (ksearch.eval.clocks.stamps.JUDGE_STAMPS)
+    stamps_ms: list[float]
+    host: dict[str, float]      # ksearch.eval.clocks.hoststall.HostCounters.since
+
+
 @dataclass
 class _Window:
     """One timed GPU window as the judge saw it."""
@@ -203,7 +212,6 @@ class Judge:
         self.task: Task = load_task(job.task, Path(job.tasks_root) if job.tasks_root else None)
         self.device = job.device
         self.on_gpu = job.device.startswith("cuda")
-        self.last_host: dict[str, float] = {}      # the last clock reading's HostCounters.since
         if self.on_gpu and ":" in job.device:
             torch.cuda.set_device(torch.device(job.device))
         self.nonce = job.nonce if job.nonce is not None else secrets.randbits(48)
@@ -260,14 +268,14 @@ class Judge:
         return header, values, (time.perf_counter() - t0) * 1e3
 
     def timed(self, c: _Cand, req: dict[str, Any], shared: exchange.SharedCall, inputs: dict[str, Any] | None = None,
-              wake_ms: float = 0.0) -> tuple[dict[str, Any], list[torch.Tensor], float, str | None, list[float]]:
+              wake_ms: float = 0.0) -> tuple[dict[str, Any], list[torch.Tensor], float, str | None, _Clock]:
         """The judge's clock: from handing over the request and its shared memory to holding a copy of the
         output slots. The candidate's process is stopped from its reply until the judge has also compared the
         shared inputs with `inputs`: whatever it does after the clock cannot touch what the judge reads.
         On the GPU the clock starts after a wake of at least `wake_ms` (gputime.wake; 0: one round of writes).
         Returns (the reply's header, the outputs' copy, ms, the first input the call changed or None, the
-        clock's stamps: perf_counter ms at its start, request sent, reply received, candidate stopped, outputs
-        taken = its end; a few hundred ns of the clock, to say where a window's time went)."""
+        clock's `_Clock`: its stamps, a few hundred ns of the clock, to say where a window's time went, and what
+        the host withheld around it)."""
         self._no_unasked(c)
         frozen = self._freeze_others(c)
         held = _Held()
@@ -303,10 +311,10 @@ class Judge:
             outs = shared.take_outputs()
             taken = time.perf_counter()
             ms = (taken - t0) * 1e3
-            self.last_host = HostCounters.read().since(host0)
+            host = HostCounters.read().since(host0)
             held.settle()
             return (header, outs, ms, shared.changed_input(inputs) if inputs is not None else None,
-                    [t * 1e3 for t in (t0, sent, replied, stopped, taken)])
+                    _Clock([t * 1e3 for t in (t0, sent, replied, stopped, taken)], host))
         finally:
             if collecting:
                 gc.enable()
@@ -628,10 +636,10 @@ class Judge:
             got = outs[j * k:(j + 1) * k]
             if probe:
                 if not self._matches(got, ref):
-                    return _Window(ms, header, stale=True, clock_ms=clock, host=self.last_host)
+                    return _Window(ms, header, stale=True, clock_ms=clock.stamps_ms, host=clock.host)
             elif not self.verify(c, w, got, ref, f"timed call ({label}, input set {j + 1})"):
                 return None
-        return _Window(ms, header, clock_ms=clock, host=self.last_host)
+        return _Window(ms, header, clock_ms=clock.stamps_ms, host=clock.host)
 
     def _matches(self, got: list[Any], ref: list[Any]) -> bool:
         got = [g.to(r.device) if isinstance(g, torch.Tensor) and isinstance(r, torch.Tensor) else g
