@@ -146,8 +146,6 @@ def _setup(payload: dict[str, Any]) -> _Kernel:
 
     k = _Kernel(payload)
     if k.on_gpu:
-        # a thread team no larger than the CPUs the judge left this process (ksearch.eval.isolation.cpus)
-        torch.set_num_threads(len(os.sched_getaffinity(0)))
         torch.cuda.set_device(torch.device(k.device if ":" in k.device else "cuda:0"))
         torch.cuda.init()
         torch.empty(1, device=k.device)

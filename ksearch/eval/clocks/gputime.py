@@ -317,8 +317,8 @@ class FlushCosts:
 
 #: Flush counts of the two graphs whose difference is the in-graph flush cost: 1024 flushes apart (~35 ms on
 #: an H100), so a replay's launch-and-synchronise jitter (tens of µs) moves the slope by hundredths of a µs.
-#: With 16 and 80 the slope moved by ~0.6 µs from one worker to the next (H200, 2026-12-05), and a 7 µs
-#: kernel timed behind a 33 µs flush per call differed by 7.8% between two evaluations of it.
+#: With 16 and 80 the jitter could move the slope by ~0.6 µs from one worker to the next: a per-call bias
+#: that differs between runs (the judge subtracts a flush, ~33 µs, from every call of a window).
 FLUSH_GRAPHS = (64, 1088)
 
 

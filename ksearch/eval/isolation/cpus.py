@@ -28,9 +28,6 @@ class CpuSplit:
     judge: tuple[int, ...]
     candidates: tuple[int, ...]
 
-    def describe(self) -> str:
-        return f"judge on {len(self.judge)} CPUs, candidates on {len(self.candidates)}"
-
 
 def plan(available: set[int] | None = None, slot: int = 0, slots: int = 1) -> CpuSplit | None:
     """The split of this process's CPUs, or of the `slot`-th of `slots` equal shares of them (one per GPU when
