@@ -7,7 +7,7 @@ scheduler say (CPU quota, throttling counters, NUMA, THP), then measures host st
 CPU copies while a second process keeps the GPU busy, with the host's CUDA synchronisation spinning (the CUDA
 default with few contexts) and blocking (CU_CTX_SCHED_BLOCKING_SYNC), reading cpu.stat around each.
 
-    python3 scripts/stall_probe.py [--seconds 4]
+    PYTHONPATH=. python3 scripts/stall_probe.py [--seconds 4]
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import os
 import time
 from pathlib import Path
 
+from ksearch.eval.clocks.hoststall import cpu_stat, pressure_us
+
 CGROUP = Path("/sys/fs/cgroup")
 SCHED_BLOCKING_SYNC = 0x04
 
@@ -28,25 +30,6 @@ def read(path: str | Path) -> str:
         return Path(path).read_text().strip()
     except OSError as e:
         return f"({type(e).__name__}: {e.strerror})"
-
-
-def cpu_stat() -> dict[str, int]:
-    out = {}
-    text = read(CGROUP / "cpu.stat")
-    if text.startswith("("):
-        text = read(CGROUP / "cpu" / "cpu.stat")         # cgroup v1
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
-            out[parts[0]] = int(parts[1])
-    return out
-
-
-def psi_some_us() -> int:
-    for part in read("/proc/pressure/cpu").split():
-        if part.startswith("total="):
-            return int(part[6:])
-    return 0
 
 
 def describe() -> None:
@@ -90,14 +73,14 @@ def stalls(seconds: float, label: str) -> None:
 
     src = torch.randn(256 * 1024)          # 1 MiB of float32, like a window's outputs
     gaps = []
-    before, psi0, t_end = cpu_stat(), psi_some_us(), time.perf_counter() + seconds
+    before, psi0, t_end = cpu_stat(), pressure_us() or 0, time.perf_counter() + seconds
     last = time.perf_counter()
     while last < t_end:
         src.clone()
         now = time.perf_counter()
         gaps.append((now - last) * 1e3)
         last = now
-    after, psi = cpu_stat(), psi_some_us() - psi0
+    after, psi = cpu_stat(), (pressure_us() or 0) - psi0
     gaps.sort()
     big = [g for g in gaps if g > 2.0]
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in ("nr_periods", "nr_throttled", "throttled_usec",

@@ -19,13 +19,15 @@ def q(xs: list[float], f: float) -> float:
 
 
 def main(path: str) -> int:
-    rows: dict[str, list[dict]] = defaultdict(list)
+    # by workload and call count: a run's log holds several kernels' windows of one workload, and only windows
+    # of one kernel (one call count) compare with each other's fastest
+    rows: dict[tuple[str, int], list[dict]] = defaultdict(list)
     for line in open(path):
         if line.strip():
             d = json.loads(line)
-            rows[d["workload"]].append(d)
-    for name, ws in rows.items():
-        print(f"== {name}: {len(ws)} windows of {ws[0]['calls']} calls; window ms median {statistics.median(w['ms'] for w in ws):.2f} "
+            rows[(d["workload"], d["calls"])].append(d)
+    for (name, calls), ws in rows.items():
+        print(f"== {name}: {len(ws)} windows of {calls} calls; window ms median {statistics.median(w['ms'] for w in ws):.2f} "
               f"min {min(w['ms'] for w in ws):.2f} max {max(w['ms'] for w in ws):.2f}")
         parts = list(ws[0]["parts_ms"])
         for p in parts:

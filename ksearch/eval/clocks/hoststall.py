@@ -24,21 +24,28 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _throttling() -> tuple[int | None, int | None]:
-    """(throttled periods, throttled µs) of this process's control group, None where unreadable."""
-    text = _read(CGROUP / "cpu.stat") or _read(CGROUP / "cpu" / "cpu.stat")       # cgroup v2, else v1
+def cpu_stat() -> dict[str, int]:
+    """This process's control group's cpu.stat counters (cgroup v2, else v1); empty where unreadable."""
+    text = _read(CGROUP / "cpu.stat") or _read(CGROUP / "cpu" / "cpu.stat")
     fields: dict[str, int] = {}
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit():
             fields[parts[0]] = int(parts[1])
+    return fields
+
+
+def _throttling() -> tuple[int | None, int | None]:
+    """(throttled periods, throttled µs) of this process's control group, None where unreadable."""
+    fields = cpu_stat()
     usec = fields.get("throttled_usec")
     if usec is None and "throttled_time" in fields:             # v1 counts nanoseconds
         usec = fields["throttled_time"] // 1000
     return fields.get("nr_throttled"), usec
 
 
-def _pressure_us() -> int | None:
+def pressure_us() -> int | None:
+    """The host's CPU pressure so far: µs runnable tasks waited for a CPU (PSI "some" total), None without PSI."""
     for line in _read(PRESSURE).splitlines():
         if line.startswith("some"):
             for part in line.split():
@@ -58,7 +65,7 @@ class HostCounters:
     @classmethod
     def read(cls) -> HostCounters:
         periods, usec = _throttling()
-        return cls(periods, usec, _pressure_us())
+        return cls(periods, usec, pressure_us())
 
     def since(self, before: HostCounters) -> dict[str, float]:
         """What the host withheld between `before` and this reading: throttled periods, throttled ms and
