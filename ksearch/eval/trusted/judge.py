@@ -134,6 +134,7 @@ class TrustedCosts:
         return self.reveal_ms + self.protocol_ms + n * per_call
 
 
+TRUSTED_SALT = 0x5EED      # the judge's own windows draw their seeds from the nonce ^ this, apart from candidates'
 NO_COSTS = TrustedCosts(0.0, 0.0, 0.0)      # subtracting nothing only ever makes a candidate look slower
 _TRUSTED: dict[tuple[Any, ...], TrustedCosts] = {}   # per worker process: measured once, reused by later jobs
 
@@ -545,11 +546,7 @@ class Judge:
         """The judge's clock around `echo` windows of its stand-in with this workload's shared layout (P sets'
         output slots): what a candidate's window holds for the protocol alone. The median after a warm-up,
         as the candidate's windows are read by their median; 0 when the stand-in fails."""
-        n_sets = self.timing_sets(w)
-        # the seed `_reveal_ms` takes its templates from: one reference computed for both
-        outs = [t for _ in range(n_sets) for t in self._output_templates(w, w.input_seed(self.nonce ^ 0x5EED, 800))]
-        layout = exchange.plan(None, (), outs, self.names * n_sets)
-        del outs
+        _, layout = self._trusted_window(w, self.timing_sets(w))
         walls = []
         try:
             for _ in range(trials + 1):
@@ -575,10 +572,9 @@ class Judge:
             src = self.task.make_inputs(w, device=self.device, seed=seed)
             return [src[n] for n in names]
 
-        salt = self.nonce ^ 0x5EED
+        salt = self.nonce ^ TRUSTED_SALT
         sets = [make(w.input_seed(salt, 800 + j)) for j in range(n_sets)]
-        outs = [t for _ in range(n_sets) for t in self._output_templates(w, w.input_seed(salt, 800))]
-        layout = exchange.plan(None, (), outs, self.names * n_sets)
+        outs, layout = self._trusted_window(w, n_sets)
         walls = []
         for t in range(trials + 1):
             with exchange.SharedCall(layout) as shared:
@@ -593,6 +589,13 @@ class Judge:
         del sets, outs
         torch.cuda.empty_cache()
         return min(walls[1:])
+
+    def _trusted_window(self, w: Workload, n_sets: int) -> tuple[list[torch.Tensor], exchange.Layout]:
+        """The output templates of P sets and their shared layout, for the judge's own windows (`_reveal_ms`,
+        `_protocol_ms`: one reference computed for both)."""
+        outs = [t for _ in range(n_sets)
+                for t in self._output_templates(w, w.input_seed(self.nonce ^ TRUSTED_SALT, 800))]
+        return outs, exchange.plan(None, (), outs, self.names * n_sets)
 
     def _output_templates(self, w: Workload, seed: int) -> list[torch.Tensor]:
         """Empty tensors shaped like a call's outputs (the reference's: a definition's axes may be overridden
