@@ -65,16 +65,19 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         {"NUM_STAGES": 3}, {"NUM_WARPS": 8}, {"MERGE": "last_program"}, {"CACHED_LAUNCH": False},
     ],
     MLA: [
-        {}, {"PROGRAMS_PER_SM": 1}, {"PROGRAMS_PER_SM": 4}, {"BLOCK_N": 16}, {"BLOCK_N": 64},
-        {"BLOCK_N": 64, "NUM_WARPS": 8}, {"NUM_WARPS": 8}, {"VALUE_SPLIT": 2}, {"VALUE_SPLIT": 2, "NUM_WARPS": 8},
-        {"VALUE_SPLIT": 2, "PROGRAMS_PER_SM": 1}, {"NUM_STAGES": 1}, {"NUM_STAGES": 3},
-        {"MIN_CHUNK": 32}, {"MIN_CHUNK": 128}, {"MIN_CHUNK": 256}, {"MERGE_HEADS": 16},
+        {}, {"PROGRAMS_PER_SM": 1}, {"PROGRAMS_PER_SM": 4}, {"BLOCK_N": 64},
+        {"BLOCK_N": 64, "NUM_WARPS": 8}, {"NUM_WARPS": 8}, {"VALUE_SPLIT": 2}, {"NUM_STAGES": 3},
+        {"MIN_CHUNK": 32}, {"MIN_CHUNK": 128}, {"MIN_CHUNK": 256},
         {"MERGE": "last_program"}, {"CACHED_LAUNCH": False},
-        # dropped after session 14's H100 sweep (0.24-0.51x geomean): VALUE_SPLIT 4, last_program with
-        # VALUE_SPLIT 2 and 8 warps, fine chunks (4 per SM, 32 tokens, 16 rows), VALUE_SPLIT 2 with 64 rows
-        # the merge over column slices (session 14, unmeasured): GQA's MERGE_SPLIT fixed its few-long shapes
+        # dropped after session 14's H100 sweep (0.24-0.62x geomean): VALUE_SPLIT 4, VALUE_SPLIT 2 with 8 warps,
+        # one program per SM or 64 rows, last_program with VALUE_SPLIT 2 and 8 warps, fine chunks (4 per SM, 32
+        # tokens, 16 rows), BLOCK_N 16, NUM_STAGES 1, MERGE_HEADS 16.
+        # The merge over column slices (session 14, unmeasured): GQA's MERGE_SPLIT fixed its few-long shapes;
+        # there one program per SM and 256-token chunks (fewer partials) were the best rows on those shapes.
         {"MERGE_SPLIT": 4}, {"MERGE_SPLIT": 8}, {"MERGE_SPLIT": 8, "NUM_STAGES": 3},
-        {"MERGE_SPLIT": 8, "MERGE_HEADS": 16}, {"MERGE_SPLIT": 8, "PROGRAMS_PER_SM": 4},
+        {"MERGE_SPLIT": 8, "MERGE_HEADS": 16}, {"MERGE_SPLIT": 8, "PROGRAMS_PER_SM": 1},
+        {"MERGE_SPLIT": 8, "MIN_CHUNK": 128, "NUM_STAGES": 3}, {"MERGE_SPLIT": 8, "VALUE_SPLIT": 2},
+        {"MERGE_SPLIT": 4, "NUM_STAGES": 3, "BLOCK_N": 64},
     ],
 }
 #: The catalog's other families at their defaults. The fused_* ones publish a host-side tag per call, so a

@@ -92,6 +92,8 @@ _MIDDLE: list[tuple[str, dict[str, Any]]] = [
     (NEW, {"combine": "atomic"}),
     (NEW, {"combine": "gather_bf16"}),
     (NEW, {"gemm1_dot": "split"}),                                # s13: NaN on the H100
+    (NEW, {"operands": "tma"}),                                   # sorted activations, every tile a TMA box
+    (NEW, {"operands": "tma", "block_m": 64, "block_n": 128, "num_warps": 8}),
 ]
 _PREFILL: list[tuple[str, dict[str, Any]]] = [
     (NEW, {}),                  # T=4096: 64 x (64 + 64), 4 warps; T=11948: 128 x (64 + 64), 8 warps
@@ -107,6 +109,14 @@ _PREFILL: list[tuple[str, dict[str, Any]]] = [
     (NEW, {"block_n2": 64}),
     (NEW, {"block_m": 128, "block_n": 128, "num_warps": 8}),          # 128 x 256 GEMM1 accumulators: spills 40 B
     (NEW, {"gemm1_dot": "split"}),                                # s13: NaN on the H100
+    # operands through TMA (sorted activations; weights, activations and intermediate as TMA boxes): the
+    # registers the pointer gathers held may let larger tiles and deeper pipelines pay, as in TMA MoE kernels
+    (NEW, {"operands": "tma"}),
+    (NEW, {"operands": "tma", "num_stages": 4}),
+    (NEW, {"operands": "tma", "programs_per_sm": 1}),
+    (NEW, {"operands": "tma", "block_m": 128, "block_n": 128, "num_warps": 8}),
+    (NEW, {"operands": "tma", "block_m": 128, "block_n": 64, "num_warps": 8, "num_stages": 4}),
+    (NEW, {"operands": "tma", "block_m": 64, "block_n": 128, "num_warps": 8, "num_stages": 4}),
 ]
 # Each T's share of the budget is its number of settings, counted 3 times at the first T of its class (the
 # compiles) and twice at the class's T whose auto tiles differ from that first one's (4096 and 256: new compiles).
