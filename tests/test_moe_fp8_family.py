@@ -38,11 +38,11 @@ def _tiny_workload(task, num_tokens, offset, hot=None):
 @pytest.mark.parametrize("num_tokens,knobs", [
     (64, {}),                                               # the largest one-program route + sort (BLOCK_T 64)
     (65, {"programs_per_sm": 2, "combine": "gather_bf16"}),  # the smallest three-launch routing
-    (16, {"fused_route_max_t": 0, "block_n": 32, "block_n2": 32}),
+    (16, {"fused_route_max_t": 0, "block_n": 32, "block_n2": 32, "gemm2": "bf16_wscaled"}),
     # operands through TMA boxes: several M-blocks an expert, rows past an expert's end read and never stored
     (80, {"operands": "tma", "block_m": 32}),
     (70, {"operands": "tma", "swap_ab": True, "gemm1_dot": "split", "combine": "atomic", "block_n": 32,
-          "block_n2": 32}),
+          "block_n2": 32, "gemm2": "bf16_wscaled"}),
 ])
 def test_routing_paths_at_their_edges(task, num_tokens, knobs):
     prepare_interpreter()
