@@ -85,6 +85,7 @@ _MIDDLE: list[tuple[str, dict[str, Any]]] = [
     (NEW, {}),
     (OLD, {}),
     (NEW, {"gemm2": "bf16_wscaled"}),                             # GEMM2 without a rescale between its MMAs
+    (NEW, {"gemm2": "bf16_wscaled", "gemm2_swap_ab": True}),
     (NEW, {"gemm2": "bf16_wscaled", "operands": "tma"}),
     (NEW, {"num_stages": 4}),
     (NEW, {"block_m": 64}),                                       # s13's best at T=256 had 64-row tiles
@@ -104,8 +105,10 @@ _PREFILL: list[tuple[str, dict[str, Any]]] = [
     # GEMM2 as one plain accumulate chain (W2's block scale folded into its bf16 upcast): on the H100 GEMM2 took
     # 5.6 of 9.1 ms at T=11948 at 212 TFLOP/s where GEMM1 ran at 695
     (NEW, {"gemm2": "bf16_wscaled"}),
+    (NEW, {"gemm2": "bf16_wscaled", "gemm2_swap_ab": True}),                   # the upcast W2 as the register operand
     (NEW, {"gemm2": "bf16_wscaled", "num_stages": 4}),
     (NEW, {"gemm2": "bf16_wscaled", "operands": "tma"}),
+    (NEW, {"gemm2": "bf16_wscaled", "gemm2_swap_ab": True, "operands": "tma"}),
     (NEW, {"gemm2": "bf16_wscaled", "operands": "tma", "num_stages": 4}),
     (NEW, {"gemm2": "bf16_wscaled", "block_n2": 64}),
     (NEW, {"num_stages": 4}),
