@@ -136,7 +136,13 @@ _PREFILL: list[tuple[str, dict[str, Any]]] = [
 _COMPILE_WEIGHT = {1: 3, 11948: 3, 901: 3, 4096: 2, 256: 2}
 
 
+#: --knobs: knob settings of the new family timed at every T instead of the class lists (after its defaults).
+_ONLY_KNOBS: list[dict[str, Any]] | None = None
+
+
 def settings_for(num_tokens: int, smoke: bool) -> list[tuple[str, dict[str, Any]]]:
+    if _ONLY_KNOBS is not None:
+        return [(NEW, {})] + [(NEW, k) for k in _ONLY_KNOBS if k]
     pick = _DECODE if num_tokens <= DECODE_MAX_T else _MIDDLE if num_tokens <= MIDDLE_MAX_T else _PREFILL
     if smoke:          # the defaults, one structural variant and the older family
         return [pick[0], (NEW, {"swap_ab": True, "combine": "atomic", "programs_per_sm": 1}), (OLD, {})]
@@ -434,8 +440,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="CPU, Triton interpreter, reduced sizes, few settings")
     p.add_argument("--budget-s", type=float, default=400.0, help="no new setting starts after this (default 400)")
     p.add_argument("--t", default=None, help="only these T, comma-separated (e.g. 1,11948)")
+    p.add_argument("--knobs", default=None, help='JSON list of knob dicts of the new family, timed at every T '
+                   'instead of the class lists (e.g. \'[{"combine": "gather_bf16"}]\')')
     p.add_argument("--resume", type=int, default=0, help=argparse.SUPPRESS)   # restarts so far (internal)
     args = p.parse_args(argv)
+    if args.knobs is not None:
+        global _ONLY_KNOBS
+        try:
+            knobs = json.loads(args.knobs)
+            assert isinstance(knobs, list) and all(isinstance(k, dict) for k in knobs)
+        except (ValueError, AssertionError):
+            print("moe_sweep: --knobs takes a JSON list of objects, e.g. '[{\"combine\": \"gather_bf16\"}]'",
+                  file=sys.stderr)
+            return 2
+        _ONLY_KNOBS = knobs
     known = {t for t, _ in (SMOKE_POINTS if args.smoke else GPU_POINTS)}
     try:
         only_t = {int(x) for x in args.t.split(",")} if args.t else None
