@@ -39,8 +39,9 @@ def _tiny_workload(task, num_tokens, offset, hot=None):
     (64, {}),                                               # the largest one-program route + sort (BLOCK_T 64)
     (65, {"programs_per_sm": 2, "combine": "gather_bf16"}),  # the smallest three-launch routing
     (16, {"fused_route_max_t": 0, "block_n": 32, "block_n2": 32, "gemm2": "bf16_wscaled"}),
-    # operands through TMA boxes: several M-blocks an expert, rows past an expert's end read and never stored
-    (80, {"operands": "tma", "block_m": 32}),
+    # the defaults above T=1024: operands through TMA boxes (rows past an expert's end read and never stored, the
+    # hot expert over several M-blocks), 128 x (128 + 128) GEMM1 tiles, bf16 rows gathered
+    (1100, {}),
     (70, {"operands": "tma", "swap_ab": True, "gemm1_dot": "split", "combine": "atomic", "block_n": 32,
           "block_n2": 32, "gemm2": "bf16_wscaled"}),
 ])
