@@ -65,19 +65,17 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         {"NUM_STAGES": 3}, {"NUM_WARPS": 8}, {"MERGE": "last_program"}, {"CACHED_LAUNCH": False},
     ],
     MLA: [
-        {}, {"PROGRAMS_PER_SM": 1}, {"PROGRAMS_PER_SM": 4}, {"BLOCK_N": 64},
-        {"BLOCK_N": 64, "NUM_WARPS": 8}, {"NUM_WARPS": 8}, {"VALUE_SPLIT": 2}, {"NUM_STAGES": 3},
-        {"MIN_CHUNK": 32}, {"MIN_CHUNK": 128}, {"MIN_CHUNK": 256},
+        # defaults: MERGE_SPLIT 8 with NUM_STAGES 3 since the H100 sweep of 2026-12-06 (0.97 / 0.77x geomean /
+        # worst against 0.71 / 0.48 at MERGE_SPLIT 1, NUM_STAGES 2, kept below as the control)
+        {}, {"MERGE_SPLIT": 1, "NUM_STAGES": 2}, {"NUM_STAGES": 2}, {"MERGE_SPLIT": 4},
+        {"MIN_CHUNK": 128}, {"MIN_CHUNK": 256}, {"MIN_CHUNK": 32},
+        {"BLOCK_N": 64}, {"BLOCK_N": 64, "NUM_WARPS": 8}, {"BLOCK_N": 64, "NUM_STAGES": 2}, {"NUM_WARPS": 8},
+        {"PROGRAMS_PER_SM": 1}, {"PROGRAMS_PER_SM": 1, "MIN_CHUNK": 128}, {"PROGRAMS_PER_SM": 4},
+        {"VALUE_SPLIT": 2}, {"MERGE_HEADS": 8}, {"MERGE_HEADS": 2},
         {"MERGE": "last_program"}, {"CACHED_LAUNCH": False},
-        # dropped after session 14's H100 sweep (0.24-0.62x geomean): VALUE_SPLIT 4, VALUE_SPLIT 2 with 8 warps,
-        # one program per SM or 64 rows, last_program with VALUE_SPLIT 2 and 8 warps, fine chunks (4 per SM, 32
-        # tokens, 16 rows), BLOCK_N 16, NUM_STAGES 1, MERGE_HEADS 16.
-        # The merge over column slices (session 14, unmeasured): GQA's MERGE_SPLIT fixed its few-long shapes;
-        # there one program per SM and 256-token chunks (fewer partials) were the best rows on those shapes.
-        {"MERGE_SPLIT": 4}, {"MERGE_SPLIT": 8}, {"MERGE_SPLIT": 8, "NUM_STAGES": 3},
-        {"MERGE_SPLIT": 8, "MERGE_HEADS": 16}, {"MERGE_SPLIT": 8, "PROGRAMS_PER_SM": 1},
-        {"MERGE_SPLIT": 8, "MIN_CHUNK": 128, "NUM_STAGES": 3}, {"MERGE_SPLIT": 8, "VALUE_SPLIT": 2},
-        {"MERGE_SPLIT": 4, "NUM_STAGES": 3, "BLOCK_N": 64},
+        # dropped after the H100 sweeps of sessions 14 and 15 (0.24-0.65x geomean): VALUE_SPLIT 4, VALUE_SPLIT 2
+        # with 8 warps, one program per SM or 64 rows, last_program with VALUE_SPLIT 2 and 8 warps, fine chunks
+        # (4 per SM, 32 tokens, 16 rows), BLOCK_N 16, NUM_STAGES 1, MERGE_HEADS 16 (0.65 with MERGE_SPLIT 8)
     ],
 }
 #: The catalog's other families at their defaults. The fused_* ones publish a host-side tag per call, so a

@@ -119,17 +119,27 @@ def test_a_merge_split_over_the_head_dimension_matches_the_reference(split):
         assert res.passed, f"{name} {knobs}: {res.status} {res.message}"
 
 
+def _ragged_plan(task, knobs):
+    """(chunk length, kv lengths, the merge kernel's partials per step) of the ragged case under these knobs."""
+    _, lens, sms = CASES[0]
+    g = _module(task, knobs, sms).__globals__
+    return g["_plan"](torch.device("cpu"), len(lens), sum(lens))[0], lens, g["MERGE_SLOTS"]
+
+
 @pytest.mark.parametrize("task,knobs", _params())
 def test_chunks_straddle_sequence_boundaries(task, knobs):
-    # The plan the ragged case runs: several chunks, boundaries inside chunks, and the long sequence
-    # spread over more chunks than the merge kernel reads in one step, so its loop runs more than once.
-    _, lens, sms = CASES[0]
-    run = _module(task, knobs, sms)
-    g = run.__globals__
-    chunk = g["_plan"](torch.device("cpu"), len(lens), sum(lens))[0]
+    # The plan the ragged case runs: several chunks and boundaries inside chunks.
+    chunk, lens, _ = _ragged_plan(task, knobs)
     starts = [sum(lens[:i]) for i in range(len(lens) + 1)]
     assert sum(lens) // chunk >= 2 and [s for s in starts[1:-1] if s % chunk], (chunk, starts)
-    assert lens[0] // chunk > g["MERGE_SLOTS"] or knobs.get("MIN_CHUNK") == 256
+
+
+@pytest.mark.parametrize("task", [GQA, MLA])
+def test_some_setting_runs_the_merge_loop_more_than_once(task):
+    # Among the settings run above, one spreads the long sequence over more chunks than the merge kernel reads
+    # in one step, so its loop (the running maximum's rescale) runs more than once.
+    plans = [_ragged_plan(task, knobs) for knobs in KNOBS[task]]
+    assert any(lens[0] // chunk > slots for chunk, lens, slots in plans), plans
 
 
 @pytest.fixture
