@@ -68,7 +68,7 @@ _DECODE: list[tuple[str, dict[str, Any]]] = [
     (NEW, {"gemm2": "bf16_wscaled", "swap_ab": True, "gemm1_dot": "split", "block_n": 128, "num_stages": 4}),
     (NEW, {"num_stages": 4}),
     (NEW, {"num_stages": 5}),
-    (NEW, {"block_n": 128, "num_stages": 4}),                     # 16 GEMM1 tiles per expert, GEMM2 K step 128
+    (NEW, {"block_n": 64, "num_stages": 3}),                      # the defaults before 2026-12-06 (the control)
     (NEW, {"block_n": 32, "num_stages": 5}),                      # 64 GEMM1 tiles per expert
     (NEW, {"swap_ab": True, "num_stages": 4}),                    # weights on the MMA's M side
     (NEW, {"swap_ab": True, "block_n": 128, "num_stages": 4}),

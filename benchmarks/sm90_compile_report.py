@@ -56,6 +56,8 @@ def _compile(fn: Any, args: tuple, kw: dict) -> Any:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.runtime.jit import mangle_type
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
     ptr = {torch.bfloat16: "*bf16", torch.float32: "*fp32", torch.int32: "*i32", torch.int64: "*i64",
            torch.float16: "*fp16", torch.uint8: "*u8", torch.float8_e4m3fn: "*fp8e4nv", torch.float8_e5m2: "*fp8e5"}
@@ -68,6 +70,10 @@ def _compile(fn: Any, args: tuple, kw: dict) -> Any:
         v = args[i]
         if isinstance(v, torch.Tensor):
             sig[p.name], attrs[(i,)] = ptr[v.dtype], [["tt.divisibility", 16]]
+        elif isinstance(v, TensorDescriptor):       # a host TMA descriptor: its block type, as the JIT names it
+            sig[p.name] = mangle_type(v)
+        elif v is None:                             # an unused operand (e.g. no descriptor on the pointer path)
+            sig[p.name], consts[p.name] = "constexpr", None
         elif isinstance(v, float):
             sig[p.name] = "fp32"
         else:
