@@ -77,8 +77,15 @@ def test_setsid_and_double_fork_do_not_survive(server, tmp_path, hang):
     child = server.spawn("tests.test_reaper:spawn_daemons", {"hang": hang}, tmp_path)
     assert child.conn.poll(60), child.output()[0]
     reported = child.conn.recv()          # pids as the child sees them (its namespace's, with a private /proc)
-    # seen from here: everything under the zygote (the namespace's init, the child, both daemons)
-    tree = [p for p in reaper.descendants(server.zygote_pid) if reaper.alive(p)]
+
+    # seen from here: everything under the zygote (the namespace's init, the child, both daemons). The double
+    # fork's grandchild reaches the zygote (the subreaper) only once its middle process has exited, which may
+    # be a moment after the child reported: look again until it is there.
+    def live_tree() -> list[int]:
+        return [p for p in reaper.descendants(server.zygote_pid) if reaper.alive(p)]
+
+    wait_for(lambda: len(live_tree()) >= 3, 5)
+    tree = live_tree()
     assert len(reported) == 3 and len(tree) >= 3, (reported, tree)
     if hang:
         assert child.wait(0.5) is None
