@@ -136,13 +136,11 @@ _PREFILL: list[tuple[str, dict[str, Any]]] = [
 _COMPILE_WEIGHT = {1: 3, 11948: 3, 901: 3, 4096: 2, 256: 2}
 
 
-#: --knobs: knob settings of the new family timed at every T instead of the class lists (after its defaults).
-_ONLY_KNOBS: list[dict[str, Any]] | None = None
-
-
-def settings_for(num_tokens: int, smoke: bool) -> list[tuple[str, dict[str, Any]]]:
-    if _ONLY_KNOBS is not None:
-        return [(NEW, {})] + [(NEW, k) for k in _ONLY_KNOBS if k]
+def settings_for(num_tokens: int, smoke: bool,
+                 only_knobs: list[dict[str, Any]] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """The settings timed at T: its class's list, or (--knobs) the new family's defaults and `only_knobs`."""
+    if only_knobs is not None:
+        return [(NEW, {})] + [(NEW, k) for k in only_knobs if k]
     pick = _DECODE if num_tokens <= DECODE_MAX_T else _MIDDLE if num_tokens <= MIDDLE_MAX_T else _PREFILL
     if smoke:          # the defaults, one structural variant and the older family
         return [pick[0], (NEW, {"swap_ab": True, "combine": "atomic", "programs_per_sm": 1}), (OLD, {})]
@@ -177,13 +175,14 @@ class Row:
 
 class Sweep:
     def __init__(self, out_dir: Path, smoke: bool, budget_s: float, log: Callable[[str], None] = print,
-                 only_t: set[int] | None = None):
+                 only_t: set[int] | None = None, only_knobs: list[dict[str, Any]] | None = None):
         import torch
 
         from ksearch.task import load_task
         from ksearch.task.catalog import load_catalog
 
         self.torch, self.out_dir, self.smoke, self.budget_s, self.log = torch, out_dir, smoke, budget_s, log
+        self.only_knobs = only_knobs
         self.task = load_task(TASK)
         self.catalog = load_catalog(self.task.strategies_dir, TASK)
         self.device = "cpu" if smoke else "cuda"
@@ -192,7 +191,7 @@ class Sweep:
         self.points = [wl._workload(f"sweep_t{t}_off{o}", t, o, **small)
                        for t, o in (SMOKE_POINTS if smoke else GPU_POINTS) if only_t is None or t in only_t]
         self.rows = [Row(w.axes["seq_len"], f, dict(k)) for w in self.points
-                     for f, k in settings_for(w.axes["seq_len"], smoke)]
+                     for f, k in settings_for(w.axes["seq_len"], smoke, only_knobs)]
         self.peaks: dict[str, Any] = {"copy_tbs": COPY_TBS_FALLBACK, "fp8_tflops": FP8_TFLOPS_FALLBACK,
                                       "source": "fallback"}
         self.t0 = time.monotonic()
@@ -353,7 +352,7 @@ class Sweep:
         """Fraction of the budget spent once this T is done, if every T took its weighted share."""
         def weight(w: Any) -> int:
             t = w.axes["seq_len"]
-            return len(settings_for(t, self.smoke)) * _COMPILE_WEIGHT.get(t, 1)
+            return len(settings_for(t, self.smoke, self.only_knobs)) * _COMPILE_WEIGHT.get(t, 1)
 
         done = self.points[:self.points.index(workload) + 1]
         return sum(weight(w) for w in done) / sum(weight(w) for w in self.points)
@@ -444,16 +443,16 @@ def main(argv: list[str] | None = None) -> int:
                    'instead of the class lists (e.g. \'[{"combine": "gather_bf16"}]\')')
     p.add_argument("--resume", type=int, default=0, help=argparse.SUPPRESS)   # restarts so far (internal)
     args = p.parse_args(argv)
+    only_knobs = None
     if args.knobs is not None:
-        global _ONLY_KNOBS
         try:
-            knobs = json.loads(args.knobs)
-            assert isinstance(knobs, list) and all(isinstance(k, dict) for k in knobs)
-        except (ValueError, AssertionError):
+            only_knobs = json.loads(args.knobs)
+        except ValueError:
+            only_knobs = None
+        if not (isinstance(only_knobs, list) and all(isinstance(k, dict) for k in only_knobs)):
             print("moe_sweep: --knobs takes a JSON list of objects, e.g. '[{\"combine\": \"gather_bf16\"}]'",
                   file=sys.stderr)
             return 2
-        _ONLY_KNOBS = knobs
     known = {t for t, _ in (SMOKE_POINTS if args.smoke else GPU_POINTS)}
     try:
         only_t = {int(x) for x in args.t.split(",")} if args.t else None
@@ -476,7 +475,8 @@ def main(argv: list[str] | None = None) -> int:
         if not torch.cuda.is_available():
             print("moe_sweep: no CUDA device here; run it on the GPU machine, or pass --smoke", file=sys.stderr)
             return 2
-    sweep = Sweep(Path(args.out_dir), args.smoke, args.budget_s, log=lambda m: print(m, flush=True), only_t=only_t)
+    sweep = Sweep(Path(args.out_dir), args.smoke, args.budget_s, log=lambda m: print(m, flush=True), only_t=only_t,
+                  only_knobs=only_knobs)
     run_resumable(sweep, Path(args.out_dir) / "moe_sweep.json", __file__, args.resume, MAX_RESTARTS, argv,
                   "moe_sweep", "settings", table)
     return 0
