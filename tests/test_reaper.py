@@ -79,8 +79,9 @@ def test_setsid_and_double_fork_do_not_survive(server, tmp_path, hang):
     reported = child.conn.recv()          # pids as the child sees them (its namespace's, with a private /proc)
 
     # seen from here: everything under the zygote (the namespace's init, the child, both daemons). The double
-    # fork's grandchild reaches the zygote (the subreaper) only once its middle process has exited, which may
-    # be a moment after the child reported: look again until it is there.
+    # fork's middle process may exit while the walk of /proc children is under way: the walk can read the list
+    # that held the grandchild before its reparenting and the one that holds it after: look again until it is
+    # there.
     def live_tree() -> list[int]:
         return [p for p in reaper.descendants(server.zygote_pid) if reaper.alive(p)]
 
