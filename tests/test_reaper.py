@@ -21,22 +21,28 @@ def _global_pid() -> int:
 
 
 def spawn_daemons(conn, payload: dict) -> None:
-    """Target: start a setsid daemon and a double-forked daemon, report their pids, then end or hang."""
+    """Target: start a setsid daemon and a double-forked daemon, report their pids once the double fork's
+    middle process has been reaped (its orphan re-parented: the process tree no longer changes), then end or
+    hang."""
     r, w = os.pipe()
     if os.fork() == 0:                          # setsid + sleep
         os.setsid()
         os.write(w, b"%d\n" % _global_pid())
         time.sleep(600)
         os._exit(0)
-    if os.fork() == 0:                          # classic daemon: fork, setsid, fork, parent exits
+    middle = os.fork()
+    if middle == 0:                             # classic daemon: fork, setsid, fork, parent exits
         os.setsid()
         if os.fork() == 0:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             os.write(w, b"%d\n" % _global_pid())
             time.sleep(600)
         os._exit(0)
-    pids = [int(os.read(r, 64).split()[0]) for _ in range(2)]
-    conn.send([_global_pid(), *pids])
+    lines = b""
+    while lines.count(b"\n") < 2:              # the two writes may arrive in one read
+        lines += os.read(r, 64)
+    os.waitpid(middle, 0)
+    conn.send([_global_pid(), *(int(p) for p in lines.split())])
     if payload["hang"]:
         time.sleep(600)
     conn.recv()                                 # ends only once the test has seen it alive (no race)
@@ -78,15 +84,10 @@ def test_setsid_and_double_fork_do_not_survive(server, tmp_path, hang):
     assert child.conn.poll(60), child.output()[0]
     reported = child.conn.recv()          # pids as the child sees them (its namespace's, with a private /proc)
 
-    # seen from here: everything under the zygote (the namespace's init, the child, both daemons). The double
-    # fork's middle process may exit while the walk of /proc children is under way: the walk can read the list
-    # that held the grandchild before its reparenting and the one that holds it after: look again until it is
-    # there.
-    def live_tree() -> list[int]:
-        return [p for p in reaper.descendants(server.zygote_pid) if reaper.alive(p)]
-
-    wait_for(lambda: len(live_tree()) >= 3, 5)
-    tree = live_tree()
+    # seen from here: everything under the zygote (the namespace's init, the child, both daemons). The report
+    # comes after the double fork's middle process was reaped, so no process of the tree is exiting or being
+    # re-parented while it is walked.
+    tree = [p for p in reaper.descendants(server.zygote_pid) if reaper.alive(p)]
     assert len(reported) == 3 and len(tree) >= 3, (reported, tree)
     if hang:
         assert child.wait(0.5) is None
