@@ -2,6 +2,10 @@
 
     PYTHONPATH=. python3 benchmarks/prefill_sweep.py OUT_DIR            # on the H200 (about 6-8 minutes)
     PYTHONPATH=. python3 benchmarks/prefill_sweep.py OUT_DIR --dry      # CPU: Triton interpreter, tiny shapes
+    PYTHONPATH=. python3 benchmarks/prefill_sweep.py OUT_DIR --source K.cu --variants 2   # a kernel file first
+
+--source FILE (repeatable) puts a solution file (Triton or CUDA, e.g. the task's cuda/ kernels) ahead of the
+catalog variants, under its file name; --variants N then keeps the first N catalog variants.
 
 For each variant (a catalog family at some knob setting: a grid of hopper_latent_tiles settings, then the
 earlier families' best settings) it renders the kernel, checks it against the task's reference on one small
@@ -109,6 +113,7 @@ MAX_RESTARTS = 5
 class Variant:
     family: str
     knobs: dict[str, Any]
+    source_path: str | None = None   # a solution file instead of a catalog family at some knobs
     status: str = "pending"          # pending | ok | failed | skipped
     error: str | None = None
     check: dict[str, Any] | None = None
@@ -117,18 +122,22 @@ class Variant:
 
     @property
     def label(self) -> str:
+        if self.source_path is not None:
+            return f"file:{Path(self.source_path).name}"
         knobs = ",".join(f"{k}={v}" for k, v in sorted(self.knobs.items())) or "defaults"
         return f"{self.family}[{knobs}]"
 
 
-def variants(dry: bool, limit: int | None) -> list[Variant]:
+def variants(dry: bool, limit: int | None, sources: list[str] | None = None) -> list[Variant]:
+    """The solution files given (first), then the catalog variants (with `limit`: the first `limit - 1`
+    new-family settings and one earlier family for comparison)."""
     out = [Variant(NEW_FAMILY, k) for k in HOPPER_GRID] + [Variant(f, k) for f, k in OTHER_VARIANTS]
     if dry and limit is None:
         limit = 3
     if limit is not None:
-        # Keep the first `limit - 1` new-family settings and one earlier family for comparison.
         out = out[:max(limit - 1, 1)] + [Variant(*OTHER_VARIANTS[0])]
-    return out
+    files = [Variant(Path(p).stem, {}, source_path=str(p)) for p in sources or []]
+    return files + out
 
 
 def _workload(task: Any, shape: Shape, num_pages: int) -> Any:
@@ -139,7 +148,7 @@ class Sweep:
     """One pass over variants x shapes; `run()` returns the JSON document it also writes to out_dir."""
 
     def __init__(self, out_dir: Path, dry: bool, budget_s: float, per_variant_s: float, limit: int | None,
-                 log: Callable[[str], None] = print):
+                 log: Callable[[str], None] = print, sources: list[str] | None = None):
         import torch
 
         from ksearch.task import load_task
@@ -155,7 +164,7 @@ class Sweep:
         self.shapes = DRY_SHAPES if dry else GPU_SHAPES
         self.workloads = {s.name: _workload(self.task, s, pages) for s in self.shapes}
         self.check_workload = _workload(self.task, DRY_CHECK if dry else GPU_CHECK, pages)
-        self.variants = variants(dry, limit)
+        self.variants = variants(dry, limit, sources)
         self.baseline: dict[str, dict[str, Any]] = {}
         self.t0 = time.monotonic()
         self.poisoned = False           # a sticky CUDA error: every later call in this process would fail
@@ -226,7 +235,9 @@ class Sweep:
 
         start = time.monotonic()
         try:
-            run = load_entry_point(self.catalog.render(v.family, v.knobs), name_hint=f"sweep_{v.family}")
+            source = (Path(v.source_path).read_text() if v.source_path is not None
+                      else self.catalog.render(v.family, v.knobs))
+            run = load_entry_point(source, name_hint=f"sweep_{v.family}")
             if not self.check(v, run):
                 v.status, v.error = "failed", f"wrong result on {self.check_workload.name}: {v.check['message']}"
                 return
@@ -333,10 +344,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-variant-s", type=float, default=25.0,
                    help="a variant past this (compilation included) skips its remaining shapes (default 25)")
     p.add_argument("--variants", type=int, default=None, help="only the first N variants (dry default: 3)")
+    p.add_argument("--source", action="append", default=[], metavar="FILE",
+                   help="a solution file (Triton or CUDA) to check and time before the catalog variants")
     p.add_argument("--resume", type=int, default=0, help=argparse.SUPPRESS)   # restarts so far (internal)
     args = p.parse_args(argv)
     if args.budget_s <= 0 or args.per_variant_s <= 0 or (args.variants is not None and args.variants < 1):
         print("prefill_sweep: --budget-s and --per-variant-s must be positive and --variants at least 1",
+              file=sys.stderr)
+        return 2
+    missing = [f for f in args.source if not Path(f).is_file()]
+    if missing:
+        print(f"prefill_sweep: no such solution file: {', '.join(missing)} (pass --source with a .py or .cu file)",
               file=sys.stderr)
         return 2
     if args.dry:
@@ -350,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
             print("prefill_sweep: no CUDA device here; run it on the GPU machine, or pass --dry", file=sys.stderr)
             return 2
     sweep = Sweep(Path(args.out_dir), args.dry, args.budget_s, args.per_variant_s, args.variants,
-                  log=lambda m: print(m, flush=True))
+                  log=lambda m: print(m, flush=True), sources=args.source)
     run_resumable(sweep, Path(args.out_dir) / "prefill_sweep.json", __file__, args.resume, MAX_RESTARTS, argv,
                   "prefill_sweep", "variants", table)
     return 0

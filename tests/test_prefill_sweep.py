@@ -84,3 +84,28 @@ def test_every_gpu_variant_is_a_catalog_setting(sweep_module):
     shapes = {s.name: s for s in sweep_module.GPU_SHAPES}
     assert {max(s.q_lens) for s in shapes.values()} >= {3000, 6000, 12000, 16384, 1024, 33}
     assert any(sum(s.kv_lens) > 8 * sum(s.q_lens) for s in shapes.values()), "a chunked prefill"
+
+
+def test_source_files_come_first_under_their_names(sweep_module, tmp_path, monkeypatch):
+    # A solution file is checked like a catalog variant: here one that returns zeros (caught by the check)
+    # and the task's CUDA kernel, which cannot run on this CPU (recorded, the sweep goes on).
+    monkeypatch.setattr(sweep_module, "HOPPER_GRID", [{"BLOCK_M": 48}])
+    monkeypatch.setattr(sweep_module, "OTHER_VARIANTS", [("persistent_tc_tile", {})])
+    zeros = tmp_path / "zeros.py"
+    zeros.write_text("import torch\n\n\ndef run(q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,"
+                     " sm_scale):\n    return torch.zeros_like(q_nope), torch.zeros(q_nope.shape[:2])\n")
+    cuda_file = (PROJECT_ROOT / "tasks" / sweep_module.TASK / "cuda" / "hopper_wgmma_prefill.cu")
+    out = tmp_path / "out"
+    assert sweep_module.main([str(out), "--dry", "--source", str(zeros), "--source", str(cuda_file)]) == 0
+    doc = json.loads((out / "prefill_sweep.json").read_text())
+    labels = [v["label"] for v in doc["variants"]]
+    assert labels[:2] == ["file:zeros.py", "file:hopper_wgmma_prefill.cu"]
+    status = {v["label"]: (v["status"], v["error"] or "") for v in doc["variants"]}
+    assert status["file:zeros.py"][0] == "failed" and "wrong result" in status["file:zeros.py"][1]
+    assert status["file:hopper_wgmma_prefill.cu"][0] == "failed" and "CUDA" in status["file:hopper_wgmma_prefill.cu"][1]
+    assert status["persistent_tc_tile[defaults]"][0] == "ok"
+
+
+def test_a_missing_source_file_exits_2(sweep_module, tmp_path, capsys):
+    assert sweep_module.main([str(tmp_path), "--dry", "--source", str(tmp_path / "nope.cu")]) == 2
+    assert "no such solution file" in capsys.readouterr().err
