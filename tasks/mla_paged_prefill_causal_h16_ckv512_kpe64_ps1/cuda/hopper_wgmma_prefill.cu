@@ -24,6 +24,7 @@
 // (output 0, lse -inf).
 #include <torch/extension.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -101,16 +102,17 @@ __device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lead, uint32_t 
          (static_cast<uint64_t>((stride & 0x3FFFF) >> 4) << 32) | (1ull << 62);
 }
 
+// Eight accumulator registers d[i .. i+7] as read-write asm operands.
+#define KS_ACC8(d, i) \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+
 // D[64 x 64] (+)= A[64 x 16] * B[16 x 64]; A and B from shared memory through descriptors; A K-major,
 // B K-major. `accumulate` 0 overwrites D.
 __device__ __forceinline__ void wgmma_qk(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : KS_ACC8(d, 0), KS_ACC8(d, 8), KS_ACC8(d, 16), KS_ACC8(d, 24)
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
@@ -120,22 +122,10 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[128], uint64_t desc_a, uint6
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : KS_ACC8(d, 0), KS_ACC8(d, 8), KS_ACC8(d, 16), KS_ACC8(d, 24),
+        KS_ACC8(d, 32), KS_ACC8(d, 40), KS_ACC8(d, 48), KS_ACC8(d, 56),
+        KS_ACC8(d, 64), KS_ACC8(d, 72), KS_ACC8(d, 80), KS_ACC8(d, 88),
+        KS_ACC8(d, 96), KS_ACC8(d, 104), KS_ACC8(d, 112), KS_ACC8(d, 120)
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
@@ -265,6 +255,7 @@ mla_prefill_kernel(const __nv_bfloat16* __restrict__ q_nope, const __nv_bfloat16
   }
 
   const Item it = find_item(qo, kvp, batch, max_kv, u, lane);
+  if (it.b < 0) return;                               // only with kv_len < q_len, which the task rules out
   const int q_start = qo[it.b], q_len = qo[it.b + 1] - q_start;
   const int kv_start = kvp[it.b], kv_len = kvp[it.b + 1] - kv_start;
   const int prefix = kv_len - q_len;
@@ -480,10 +471,13 @@ std::vector<torch::Tensor> run(torch::Tensor q_nope, torch::Tensor q_pe, torch::
   auto lse = torch::empty({total_q, H}, q_nope.options().dtype(torch::kFloat32));
   const int grid = (total_q + TOK - 1) / TOK + max(batch, 0);
   if (grid == 0) return {output, lse};
-  static bool configured = false;
-  if (!configured) {
-    cudaFuncSetAttribute(mla_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(SMEM_BYTES));
-    configured = true;
+  const c10::cuda::CUDAGuard guard(q_nope.device());
+  static bool configured[64] = {};                   // the shared-memory opt-in, once per device
+  const int dev = q_nope.get_device();
+  if (dev >= 64 || !configured[dev]) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(mla_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(SMEM_BYTES)));
+    if (dev < 64) configured[dev] = true;
   }
   mla_prefill_kernel<<<grid, THREADS, SMEM_BYTES, c10::cuda::getCurrentCUDAStream()>>>(
       reinterpret_cast<const __nv_bfloat16*>(q_nope.data_ptr()), reinterpret_cast<const __nv_bfloat16*>(q_pe.data_ptr()),
