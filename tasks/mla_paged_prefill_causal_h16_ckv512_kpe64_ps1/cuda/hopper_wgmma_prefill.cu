@@ -129,6 +129,24 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[128], uint64_t desc_a, uint6
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
+// Both warpgroups' p.v half: O (64 x 256) rescaled by each row's factor, then O += P . V over TILE_KV keys,
+// issued (not waited for). P: K-major 64 x TILE_KV at p_addr; V: MN-major TILE_KV x 256 at v_addr (4 blocks).
+__device__ __forceinline__ void rescale(float (&o)[128], float a0, float a1) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    o[4 * i] *= a0; o[4 * i + 1] *= a0; o[4 * i + 2] *= a1; o[4 * i + 3] *= a1;
+  }
+}
+
+__device__ __forceinline__ void issue_pv(float (&o)[128], uint32_t p_addr, uint32_t v_addr) {
+  pin(o);
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < TILE_KV / 16; ++k)
+    wgmma_pv(o, desc(p_addr + 32 * k, 16, 1024), desc(v_addr + 2048 * k, BLK, 1024), 1);
+  wgmma_commit();
+}
+
 // Byte offset of 16-byte chunk `c` (0..7) of row `r` in a 128-byte-swizzled block of 128-byte rows.
 __device__ __forceinline__ uint32_t swz(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
 
@@ -314,18 +332,8 @@ mla_prefill_kernel(const __nv_bfloat16* __restrict__ q_nope, const __nv_bfloat16
       if (s + 2 < steps) row_ids(idx, kv_hi, s + 2, t, row_id, ok);   // indices early: their latency hides
       bar_sync(st ? PREADY1 : PREADY0);
       const float a0 = sm.scale[st][r0], a1 = sm.scale[st][r0 + 8];
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        o[4 * i] *= a0; o[4 * i + 1] *= a0; o[4 * i + 2] *= a1; o[4 * i + 3] *= a1;
-      }
-      const uint32_t p_a = smem_u32(&sm.stage[st].kpe_p[0]);
-      const uint32_t v_a = smem_u32(&sm.stage[st].ckv[0][0]);
-      pin(o);
-      wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < TILE_KV / 16; ++k)
-        wgmma_pv(o, desc(p_a + 32 * k, 16, 1024), desc(v_a + 2048 * k, BLK, 1024), 1);
-      wgmma_commit();
+      rescale(o, a0, a1);
+      issue_pv(o, smem_u32(&sm.stage[st].kpe_p[0]), smem_u32(&sm.stage[st].ckv[0][0]));
       if (s + 1 < steps) {                            // step s+1's rows: let warpgroup 1 start its q.k now
         cp_async_wait<0>();
         fence_async_shared();
@@ -410,18 +418,8 @@ mla_prefill_kernel(const __nv_bfloat16* __restrict__ q_nope, const __nv_bfloat16
       bar_arrive(st ? PREADY1 : PREADY0);
       bar_sync_wg(P_OWN);                             // every row of P is written before this warpgroup reads it
 
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        o[4 * i] *= a0; o[4 * i + 1] *= a0; o[4 * i + 2] *= a1; o[4 * i + 3] *= a1;
-      }
-      const uint32_t p_a = smem_u32(p_tile);
-      const uint32_t v_a = smem_u32(&sm.stage[st].ckv[NCB / 2][0]);
-      pin(o);
-      wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < TILE_KV / 16; ++k)
-        wgmma_pv(o, desc(p_a + 32 * k, 16, 1024), desc(v_a + 2048 * k, BLK, 1024), 1);
-      wgmma_commit();
+      rescale(o, a0, a1);
+      issue_pv(o, smem_u32(p_tile), smem_u32(&sm.stage[st].ckv[NCB / 2][0]));
       wgmma_wait<0>();
       pin(o);
       bar_arrive(st ? EMPTY1 : EMPTY0);
