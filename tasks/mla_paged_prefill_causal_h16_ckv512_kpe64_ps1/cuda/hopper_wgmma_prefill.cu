@@ -51,8 +51,7 @@ struct Smem {
     uint8_t kpe_p[BLK];               // 8 KB: rope rows for q.k, then P (64 x 64 bf16) for p.v
   } stage[2];
   float scale[2][TILE_M];             // per-row rescale of the accumulators for each stage's step
-  float row_m[TILE_M];
-  float row_l[TILE_M];
+  float row_l[TILE_M];                // softmax denominators, from warpgroup 1 to warpgroup 0's epilogue
 };
 constexpr size_t SMEM_BYTES = sizeof(Smem) + 1024;   // + alignment slack
 
