@@ -99,7 +99,7 @@ AUDIT_PREFIX = "ksearch-audit: refused"
 ISOLATIONS = ("auto", "namespaces", "subreaper")
 CACHE_VARS = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor",
               "TORCH_EXTENSIONS_DIR": "torch_extensions", "CUDA_CACHE_PATH": "cuda", "XDG_CACHE_HOME": "xdg",
-              "TMPDIR": "tmp", "TEMP": "tmp", "TMP": "tmp", "HOME": "home"}
+              "KSEARCH_CUDA_BUILD_DIR": "cuda_builds", "TMPDIR": "tmp", "TEMP": "tmp", "TMP": "tmp", "HOME": "home"}
 _MSG_MAX = 1 << 16
 _CONN_FD = 3
 
