@@ -68,7 +68,7 @@ def _subjects(task: Any, smoke: bool, families: bool) -> dict[str, tuple[str, Ca
         from ksearch.task.catalog import load_catalog
 
         cat = load_catalog(task.strategies_dir, task.name)
-        for fam in cat.families:
+        for fam in cat.runnable_families("cpu" if smoke else "cuda"):     # a CUDA family: on the GPU only
             run = load_entry_point(cat.render(fam.name, {}), name_hint=f"moe_peer_{fam.name}")
             out[f"family:{fam.name}"] = ("family", lambda inputs, run=run: (lambda: run(**inputs)))
     return out

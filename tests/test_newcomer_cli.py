@@ -115,7 +115,7 @@ def test_a_failing_seed_solution_is_reported_and_the_final_tree_uses_shows_width
 
 def test_cuda_with_the_offline_model_is_refused_before_a_run_exists(tmp_path):
     text = one_line_error(ksearch("run", "search.language=cuda", f"run.dir={tmp_path / 'run'}"))
-    assert "offline model writes Triton only" in text and "llm=litellm" in text
+    assert "offline model writes its task's strategy catalog" in text and "llm=litellm" in text
     assert not (tmp_path / "run").exists()
 
 

@@ -1,5 +1,6 @@
-"""The two MLA tasks: references against float64 loops, every catalog family (defaults and tactics) under
-the Triton interpreter on the tiny workloads, a few edge inputs, and the workload sets' index layouts."""
+"""The two MLA tasks: references against float64 loops, every Triton catalog family (defaults and tactics)
+under the Triton interpreter on the tiny workloads, a few edge inputs, and the workload sets' index layouts.
+CUDA families (GPU only) are checked here as sources; tests/test_prefill_cuda_kernel.py runs them."""
 
 from ksearch.eval.interpreter import prepare_interpreter
 
@@ -12,6 +13,8 @@ import pytest
 import torch
 
 from ksearch.eval.trusted.rules import check_outputs
+from ksearch.instantiate.cuda import check_source
+from ksearch.instantiate.language import CUDA, language_of
 from ksearch.instantiate.loader import load_entry_point
 from ksearch.task import load_task
 from ksearch.task.catalog import load_catalog
@@ -26,6 +29,8 @@ TOL = dict(atol=1e-2, rtol=1e-2)
 
 _tasks = {name: load_task(name) for name in (DECODE, PREFILL)}
 _catalogs = {name: load_catalog(t.strategies_dir, name) for name, t in _tasks.items()}
+#: The families the Triton interpreter runs (a CUDA family needs a GPU).
+_cpu_families = {name: cat.runnable_families("cpu") for name, cat in _catalogs.items()}
 
 
 
@@ -158,9 +163,9 @@ def test_prefill_reference_does_not_pad_a_ragged_batch(monkeypatch):
 
 def _cases():
     cases = []
-    for task, cat in _catalogs.items():
+    for task, families in _cpu_families.items():
         short = "decode" if task == DECODE else "prefill"
-        for fam in cat.families:
+        for fam in families:
             cases.append(pytest.param(task, fam.name, {}, id=f"{short}-{fam.name}-defaults"))
             for tac in fam.tactics:
                 cases.append(pytest.param(task, fam.name, dict(tac.settings), id=f"{short}-{fam.name}-{tac.name}"))
@@ -205,14 +210,32 @@ def test_catalog_shape():
 def test_rendered_sources_are_clean(task):
     cat = _catalogs[task]
     signature = "def run(" + ", ".join(_tasks[task].definition.input_names) + ")"
-    for fam in cat.families:
+    for fam in _cpu_families[task]:
         for knobs in [{}] + [dict(t.settings) for t in fam.tactics]:
             src = cat.render(fam.name, knobs)
+            assert language_of(src) == fam.language, fam.name
             compile(src, f"<{fam.name}>", "exec")
             assert signature in src, f"{fam.name}: entry point must be `{signature}`"
             for bad in (".item(", ".tolist(", ".cuda(", ".cpu(", "synchronize"):
                 assert bad not in src, f"{fam.name} {knobs}: {bad} in the hot path"
             assert not re.search(r"\b0[xX][0-9a-fA-F.]*[pP]", src), "hex float literal"
+
+
+@pytest.mark.parametrize("task", [DECODE, PREFILL])
+def test_rendered_cuda_sources_bind(task):
+    """A CUDA family at its defaults and every tactic: a CUDA source whose host `run` takes the definition's
+    inputs in order (what the generated binding calls) and never waits for the GPU on the host."""
+    cat = _catalogs[task]
+    for fam in (f for f in cat.families if f.language == CUDA):
+        for knobs in [{}] + [dict(t.settings) for t in fam.tactics]:
+            src = cat.render(fam.name, knobs)
+            assert language_of(src) == CUDA, fam.name
+            sig = check_source(src)
+            assert sig is not None, f"{fam.name}: ksearch generates the binding; the source must not bind `run`"
+            names = [re.findall(r"\w+", p)[-1] for p in sig.params.split(",")]
+            assert names == _tasks[task].definition.input_names, f"{fam.name}: run({sig.params})"
+            for bad in (".item(", ".item<", ".cpu(", "Synchronize("):
+                assert bad not in src, f"{fam.name} {knobs}: {bad} in the hot path"
 
 
 @pytest.mark.parametrize("task,family,knobs", _cases())
@@ -223,7 +246,7 @@ def test_family_matches_reference(task, family, knobs):
         assert res.passed, f"{family} {knobs} on {name}: {res.status} {res.message}"
 
 
-@pytest.mark.parametrize("family", [f.name for f in _catalogs[DECODE].families])
+@pytest.mark.parametrize("family", [f.name for f in _cpu_families[DECODE]])
 def test_decode_long_chunks_and_empty_sequence(family, monkeypatch):
     # A 1-SM schedule makes chunks/pieces span several BLOCK_N steps; one sequence is empty.
     run = _entry(DECODE, family, {"BLOCK_N": 16})
@@ -235,7 +258,7 @@ def test_decode_long_chunks_and_empty_sequence(family, monkeypatch):
     assert torch.all(got[0][1] == 0) and torch.all(torch.isneginf(got[1][1]))
 
 
-@pytest.mark.parametrize("family", [f.name for f in _catalogs[PREFILL].families])
+@pytest.mark.parametrize("family", [f.name for f in _cpu_families[PREFILL]])
 @pytest.mark.parametrize("knobs", [{}, {"BLOCK_N": 16}], ids=["defaults", "n16"])
 def test_prefill_empty_sequence_and_uncovered_rows(family, knobs):
     # A sequence with no queries, q_len == kv_len, q_len < kv_len, and 2 rows past qo_indptr[-1]
@@ -356,7 +379,7 @@ task = load_task(sys.argv[1])
 cat = load_catalog(task.strategies_dir, task.name)
 inputs = task.make_inputs(task.workload_set("tiny")[-1], device="cpu", seed=0)
 out = []
-for fam in cat.families:
+for fam in cat.runnable_families("cpu"):     # the Triton families; nvcc builds a CUDA one (test_prefill_cuda_kernel)
     launches.clear()
     load_entry_point(cat.render(fam.name, {}), name_hint="aot_" + fam.name)(**inputs)
     for fn, args, kw in launches:
@@ -392,7 +415,7 @@ def test_family_defaults_compile_for_sm90a(task):
     skip_without_ptxas(proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     kernels = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert {k["family"] for k in kernels} == {f.name for f in _catalogs[task].families}
+    assert {k["family"] for k in kernels} == {f.name for f in _cpu_families[task]}
     for k in kernels:
         assert k["shared"] <= 232448, k
 

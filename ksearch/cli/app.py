@@ -250,9 +250,10 @@ def preflight(cfg: DictConfig) -> None:
     resolve_eval(cfg, load_task(cfg.task.name))
     fork_settings(cfg)
     if cfg.search.language == "cuda" and cfg.llm.kind == "offline" and not cfg.llm.get("replay"):
-        raise ConfigError("search.language=cuda: the offline model writes Triton only (its strategy catalogs are "
-                          "Triton templates); ask a model for CUDA with llm=litellm llm.model=<provider>/<model>, "
-                          "or drop search.language")
+        raise ConfigError("search.language=cuda: the offline model writes its task's strategy catalog, which it "
+                          "cannot restrict to CUDA (mostly Triton templates; a CUDA family only where a catalog has "
+                          "one); ask a model for CUDA with llm=litellm llm.model=<provider>/<model>, or drop "
+                          "search.language")
     if cfg.eval.pool == "ray":
         try:
             import ray  # noqa: F401

@@ -27,7 +27,7 @@ import platform
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -35,6 +35,9 @@ from rich.table import Table
 from ksearch.eval.clocks.roofline import LimitFraction
 from ksearch.eval.report import BaselineTimes, EvalReport, geomean
 from ksearch.eval.trusted.baseline_cache import BaselineCacheMode
+
+if TYPE_CHECKING:
+    from ksearch.task.catalog import Catalog
 
 
 def _versions() -> dict[str, str]:
@@ -204,6 +207,15 @@ def print_repeats(console: Console, result: dict[str, Any], limit: float = 0.02)
 SELF_CHECK_TOLERANCE = 0.03
 
 
+def family_kernels(cat: Catalog, device: str, say: Callable[[str], None]) -> list[tuple[str, str]]:
+    """(name, source) of each catalog family at its defaults that `device` runs; the ones it cannot run
+    (CUDA families on the CPU) are named in one line through `say`, not benched."""
+    skipped = [f.name for f in cat.families if not f.runs_on(device)]
+    if skipped:
+        say(f"skipped {', '.join(skipped)}: CUDA, which {device} cannot run (bench them on a GPU host)")
+    return [(f"family {f.name} (defaults)", cat.render(f.name, {})) for f in cat.runnable_families(device)]
+
+
 def self_check(kernels: list[tuple[str, str]], results: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The same source listed twice must give the same ratio on every workload (within 3%): bench checks
     its own repeatability in the job it reports."""
@@ -277,8 +289,8 @@ def run(args: argparse.Namespace) -> int:
         best = Solution.from_json(json.loads((Path(r) / "best" / "solution.json").read_text()))
         kernels.append((f"best of {r}", best.main_source))
     if args.families or not kernels:
-        cat = load_catalog(task.strategies_dir, task.name)
-        kernels += [(f"family {f.name} (defaults)", cat.render(f.name, {})) for f in cat.families]
+        kernels += family_kernels(load_catalog(task.strategies_dir, task.name), device,
+                                  lambda line: console.print(line, highlight=False))
     if getattr(args, "self_check", False) and kernels:
         kernels.insert(1, (kernels[0][0] + " (again)", kernels[0][1]))
     peaks = measure_peaks(device) if on_gpu else None      # once per process: copy, bf16, fp8, fp32 rates

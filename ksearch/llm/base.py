@@ -28,6 +28,12 @@ class ModelError(RuntimeError):
         self.usage: dict[str, Any] = usage or {}
 
 
+#: Context entries that are facts of the whole run, not of one request: RunStart records and checks them on
+#: resume, and the prompt already names the hardware. Left out of `ModelRequest.key`, so journals recorded
+#: before a request carried them still resume and replay (the offline model reads `device`).
+RUN_FACTS = frozenset({"device"})
+
+
 @dataclass
 class ModelRequest:
     kind: str                      # "init" | "edit" | "code"
@@ -49,7 +55,8 @@ class ModelRequest:
 
     def key(self) -> str:
         """Identity of the request, used to check that a resumed run asks exactly what it asked before."""
-        blob = json.dumps([self.kind, self.purpose, self.full_prompt(), self.context], sort_keys=True, default=str)
+        context = {k: v for k, v in self.context.items() if k not in RUN_FACTS}
+        blob = json.dumps([self.kind, self.purpose, self.full_prompt(), context], sort_keys=True, default=str)
         return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
     def to_json(self) -> dict[str, Any]:

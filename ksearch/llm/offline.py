@@ -14,8 +14,10 @@ Two kinds of evidence beyond the catalog, when a request carries them:
 - a hardware profile (`profile`, ksearch/profile) of the kernel a step builds on: spills or low
   occupancy put smaller tiles / fewer stages first, several launches per call raise the families that
   fuse them into one, small shapes far from the physical limit put more splits first.
-Every kernel it writes starts with a `# ksearch-plan:` header recording its family and knobs, which is
-how it reads back what a base kernel was.
+Every kernel it writes starts with a plan header recording its family and knobs (`# ksearch-plan: {...}` in
+a Triton module, `// ksearch-plan: {...}` in a CUDA source, where `#` starts a preprocessor line), which is
+how it reads back what a base kernel was. Families the evaluation device cannot run (CUDA on the CPU; the
+initial request's `device`) get no node; without a `device` every family does, as before it was sent.
 """
 
 from __future__ import annotations
@@ -27,16 +29,19 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ksearch.instantiate.language import CUDA
 from ksearch.knowledge.priors import CatalogPrior, FamilyStart, family_starts
 from ksearch.knowledge.recall import Recall, knobs_text
-from ksearch.llm.base import ModelReply, ModelRequest, Usage
+from ksearch.llm.base import ModelError, ModelReply, ModelRequest, Usage
 from ksearch.profile import Advice, Hint, advise, context_profile, hint_change
 from ksearch.profile.advice import NO_ADVICE
 from ksearch.task import load_task
 from ksearch.task.catalog import Catalog, Family, load_catalog
 
 PLAN_HEADER = "# ksearch-plan: "
-_HEADER_RE = re.compile(r"^# ksearch-plan: (\{.*\})\s*$", re.MULTILINE)
+#: The header in a CUDA source: a `#` line there is a preprocessor directive and breaks the build.
+CUDA_PLAN_HEADER = "// ksearch-plan: "
+_HEADER_RE = re.compile(r"^(?:#|//) ksearch-plan: (\{.*\})\s*$", re.MULTILINE)
 _ONE_LAUNCH = re.compile(r"\b(one|single)[- ]launch", re.IGNORECASE)
 #: Priority of a step the profile asks for (above the catalog's tactics, which top out at 0.7).
 PROFILE_STEP_SCORE = 0.75
@@ -44,7 +49,14 @@ PROFILE_STEP_SCORE = 0.75
 FUSED_BOOST = 0.25
 
 
+def plan_header(family: Family, knobs: dict[str, Any]) -> str:
+    """The header line a kernel of `family` starts with, as a comment of the family's language."""
+    prefix = CUDA_PLAN_HEADER if family.language == CUDA else PLAN_HEADER
+    return prefix + json.dumps({"family": family.name, "knobs": knobs}, sort_keys=True) + "\n"
+
+
 def read_plan_header(code: str | None) -> dict[str, Any] | None:
+    """The plan of a kernel the offline model wrote (either header form), else None."""
     if not code:
         return None
     m = _HEADER_RE.search(code)
@@ -132,7 +144,8 @@ class OfflineModel:
         elif request.kind == "edit":
             text = json.dumps(self._edit(cat, request.purpose, ctx), indent=1)
         elif request.kind == "code":
-            text = "```python\n" + self._code(cat, ctx) + "```\n"
+            fam, code = self._code(cat, ctx)
+            text = f"```{fam.language}\n{code}```\n"          # python or cuda: the tag extraction reads
         else:
             raise ValueError(f"offline model cannot answer a {request.kind!r} request")
         # free and local: zero tokens, a known cost of 0
@@ -140,9 +153,14 @@ class OfflineModel:
 
     # ---- initial world model -------------------------------------------------------------------
     def _init(self, cat: Catalog, ctx: dict[str, Any]) -> dict[str, Any]:
-        starts = self._starts(cat, ctx)
+        starts = self._starts(cat, ctx)         # of every family: memory's calibration may rest on any of them
+        device = ctx.get("device")
+        families = cat.runnable_families(device)
+        if not families:
+            raise ModelError(f"{ctx['task']}: every family of its strategy catalog is CUDA, which {device} cannot "
+                             f"run; evaluate on a GPU (eval.device=cuda)")
         ops = []
-        for fam in sorted(cat.families, key=lambda f: -(starts[f.name].score if starts else f.prior.score)):
+        for fam in sorted(families, key=lambda f: -(starts[f.name].score if starts else f.prior.score)):
             p = fam.prior
             node = {
                 "node_id": f"fam_{fam.name}",
@@ -157,9 +175,12 @@ class OfflineModel:
             if starts:
                 self._start_from_memory(node, fam, starts[fam.name])
             ops.append({"op": "insert_node", "parent_id": "root", "node": node})
-        summary = (f"{ctx['task']}: {len(cat.families)} candidate families from the strategy catalog "
-                   f"({', '.join(f.name for f in cat.families)}). Beliefs start at the catalog priors and "
+        summary = (f"{ctx['task']}: {len(families)} candidate families from the strategy catalog "
+                   f"({', '.join(f.name for f in families)}). Beliefs start at the catalog priors and "
                    f"move with each measurement.")
+        left_out = [f.name for f in cat.families if not f.runs_on(device)]
+        if left_out:
+            summary += f" Left out, as {ctx['device']} cannot run them: {', '.join(left_out)} (CUDA)."
         if starts:
             summary += " Earlier runs' measurements (memory) moved the starting beliefs."
         questions = ["Which family is fastest across the workload mix?",
@@ -341,10 +362,11 @@ class OfflineModel:
         return ops
 
     # ---- code ----------------------------------------------------------------------------------
-    def _code(self, cat: Catalog, ctx: dict[str, Any]) -> str:
+    def _code(self, cat: Catalog, ctx: dict[str, Any]) -> tuple[Family, str]:
+        """The family and the kernel (plan header first) for a code request."""
         params = ctx.get("action_params") or {}
         base = read_plan_header(ctx.get("base_code"))
-        fam_name = params.get("family") or (base or {}).get("family") or cat.families[0].name
+        fam_name = params.get("family") or (base or {}).get("family") or self._any_family(cat, ctx).name
         fam = cat.family(fam_name)
         knobs = valid_knobs(fam, base.get("knobs", {}) if base and base.get("family") == fam_name else {})
         knobs = valid_knobs(fam, {**knobs, **params.get("set", {})})
@@ -361,6 +383,11 @@ class OfflineModel:
                 if json.dumps(cand, sort_keys=True) not in tried_keys:
                     knobs = cand
                     break
-        source = cat.render(fam_name, knobs)
-        header = PLAN_HEADER + json.dumps({"family": fam_name, "knobs": knobs}, sort_keys=True) + "\n"
-        return header + source
+        return fam, plan_header(fam, knobs) + cat.render(fam_name, knobs)
+
+    @staticmethod
+    def _any_family(cat: Catalog, ctx: dict[str, Any]) -> Family:
+        """The family for a step that names none (a seed kernel without a plan header): the first Triton family,
+        which runs on any device, else the first the device runs."""
+        runnable = cat.runnable_families(ctx.get("device"))
+        return next((f for f in runnable if f.language != CUDA), runnable[0] if runnable else cat.families[0])

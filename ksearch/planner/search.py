@@ -153,7 +153,9 @@ class Search:
             recalled = memory.recall(self.journal, self.progress.message)     # journaled: a resume replays it
             prompt = self.prompts.render("init.j2", self.cfg.search.language, min_families=2, max_new_nodes=8,
                                          memory=render_recall(recalled))
-            res = self.editor.edit("init", prompt, {"task": t.task.name, **recalled.context()}, max_new_nodes=8)
+            # the device: the offline model proposes no family the device cannot run (CUDA on the CPU)
+            res = self.editor.edit("init", prompt, {"task": t.task.name, "device": t.device, **recalled.context()},
+                                   max_new_nodes=8)
             if not res.ok:
                 raise RuntimeError(f"the model could not build an initial world model: {res.errors}")
         if self.cfg.search.seed_solution:

@@ -3,8 +3,11 @@
 Layout (`tasks/<name>/strategies/`):
 
     catalog.yaml          families, knobs, tactics (see `Family` and `Tactic`)
-    <family>.py.j2        one Triton template per family, rendered with the family's knob values
+    <family>.py.j2        a Triton template (a Python module), rendered with the family's knob values
+    <family>.cu.j2        or a CUDA C++ template (a translation unit with a host function `run`)
 
+A family's language is its template's suffix (`Family.language`): a Triton family runs anywhere (on the
+CPU under the Triton interpreter), a CUDA family only on a CUDA device (`Catalog.runnable_families`).
 Every knob value listed in the catalog must give a correct kernel on every workload: the offline model
 may combine any of them. The tests render each family at its defaults and at every tactic.
 """
@@ -17,6 +20,11 @@ from typing import Any
 import jinja2
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ksearch.instantiate.language import CUDA, PYTHON
+
+#: A template's suffix -> the language of what it renders (the values `language_of` gives the source).
+TEMPLATE_LANGUAGES = {".py.j2": PYTHON, ".cu.j2": CUDA}
 
 
 class CatalogError(ValueError):
@@ -80,6 +88,13 @@ class Family(_Strict):
         return data
 
     @model_validator(mode="after")
+    def _template_has_a_language(self) -> Family:
+        if template_language(self.template) is None:
+            raise ValueError(f"template {self.template}: a template's name ends in "
+                             f"{' or '.join(TEMPLATE_LANGUAGES)}, which says its language (Triton or CUDA)")
+        return self
+
+    @model_validator(mode="after")
     def _tactics_set_listed_values(self) -> Family:
         for key, knob in self.knobs.items():
             if knob.name != key:
@@ -92,6 +107,23 @@ class Family(_Strict):
 
     def defaults(self) -> dict[str, Any]:
         return {k.name: k.default for k in self.knobs.values()}
+
+    @property
+    def language(self) -> str:
+        """PYTHON (a Triton module) or CUDA, from the template's suffix: what `language_of` says of a render."""
+        lang = template_language(self.template)
+        assert lang is not None     # checked when the family was read
+        return lang
+
+    def runs_on(self, device: str | None) -> bool:
+        """Whether this family's kernels can run on `device` (None: not known, so assume they can).
+        A CUDA family needs a CUDA device; a Triton one runs on the CPU under the interpreter too."""
+        return device is None or self.language != CUDA or device.startswith("cuda")
+
+
+def template_language(template: str) -> str | None:
+    """The language a template renders, by its suffix; None for a suffix no family may have."""
+    return next((lang for suffix, lang in TEMPLATE_LANGUAGES.items() if template.endswith(suffix)), None)
 
 
 class Catalog(_Strict):
@@ -113,6 +145,10 @@ class Catalog(_Strict):
             if f.name == name:
                 return f
         raise CatalogError(f"catalog for {self.task} has no family {name!r}; it has {[f.name for f in self.families]}")
+
+    def runnable_families(self, device: str | None) -> tuple[Family, ...]:
+        """The families whose kernels can run on `device` (all of them when it is None, i.e. not known)."""
+        return tuple(f for f in self.families if f.runs_on(device))
 
     def render(self, family: str, knobs: dict[str, Any]) -> str:
         """Render a family's template with its defaults overridden by `knobs` (validated)."""

@@ -115,7 +115,8 @@ def write_starter(starter: Starter, subs: dict[str, str], dest: Path) -> None:
 
 def check_starter(task_dir: Path) -> str | None:
     """Judge every family of the catalog in `task_dir`/strategies at its defaults against the task's
-    reference on its tiny workloads. None when all pass, else what failed (one line)."""
+    reference on its tiny workloads. None when all pass, else what failed (one line). A CUDA family is judged
+    only where there is a CUDA device (the starters' catalogs are Triton, which runs anywhere)."""
     from ksearch.eval.parent.evaluator import EvalSettings, Evaluator, resolve_device
     from ksearch.task.catalog import load_catalog
     from ksearch.task.registry import load_task
@@ -126,10 +127,13 @@ def check_starter(task_dir: Path) -> str | None:
     device = resolve_device("auto")
     settings = EvalSettings(device=device, timeout_s=180.0, warmup=0 if device == "cpu" else 3, trials=1,
                             check_trials=1)
-    entries = [(catalog.render(f.name, {}), f"starter_{f.name}") for f in catalog.families]
+    families = catalog.runnable_families(device)
+    if not families:
+        return f"no family of the catalog runs on {device} (all are CUDA): judge them on a GPU host"
+    entries = [(catalog.render(f.name, {}), f"starter_{f.name}") for f in families]
     with Evaluator(task, settings) as ev:
         reports = ev.remeasure(entries, task.workload_set("tiny"), None)
-    for family, report in zip(catalog.families, reports):
+    for family, report in zip(families, reports):
         if not report.passed:
             why = " ".join(report.summary().split(" | Traceback")[0].split())     # the verdict, not a stack
             return f"family {family.name}: {why[:300]}"
