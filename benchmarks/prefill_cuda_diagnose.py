@@ -1,9 +1,10 @@
 """Where an MLA prefill kernel goes wrong, in one GPU call: error by part, not just pass/fail (issue 22).
 
-    PYTHONPATH=. python3 benchmarks/prefill_cuda_diagnose.py [KERNEL_FILE] [--json OUT.json]
+    PYTHONPATH=. python3 benchmarks/prefill_cuda_diagnose.py [KERNEL_FILE] [--tactics] [--json OUT.json]
 
-KERNEL_FILE defaults to the task's CUDA kernel (tasks/<prefill>/cuda/hopper_wgmma_prefill.cu); a Triton
-solution file works too. For each shape (one KV step, several steps, a chunk at the end of a longer KV,
+Without KERNEL_FILE it checks the task's CUDA catalog family (hopper_wgmma_prefill) at its defaults, and with
+--tactics also at every tactic's knob setting (the catalog promises every setting is correct on every
+workload). A solution file (CUDA or Triton) works too. For each shape (one KV step, several steps, a chunk at the end of a longer KV,
 partial tiles, a ragged batch) it prints the largest error of the base-2 lse (q.k, the mask and the softmax's
 sums alone), of the output's value columns 0..255 and 256..511 (each written by its own warpgroup in the CUDA
 kernel), the heads and query tokens that hold the worst errors, and NaN/Inf counts. Reading it: lse right and
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 TASK = "mla_paged_prefill_causal_h16_ckv512_kpe64_ps1"
+FAMILY = "hopper_wgmma_prefill"
 SHAPES: list[tuple[str, list[int], list[int]]] = [
     ("one_step_q8", [8], [8]),
     ("one_step_q64", [64], [64]),
@@ -66,14 +68,17 @@ def diagnose(run: Any, task: Any, name: str, q_lens: list[int], kv_lens: list[in
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("kernel", nargs="?", default=None, help="a solution file (default: the task's CUDA kernel)")
+    p.add_argument("kernel", nargs="?", default=None,
+                   help=f"a solution file (default: the catalog family {FAMILY} at its defaults)")
+    p.add_argument("--tactics", action="store_true", help=f"also every tactic of {FAMILY} (no KERNEL_FILE)")
     p.add_argument("--json", default=None, help="also write the findings to this file")
     args = p.parse_args(argv)
-    from ksearch import PROJECT_ROOT
-
-    path = Path(args.kernel) if args.kernel else PROJECT_ROOT / "tasks" / TASK / "cuda" / "hopper_wgmma_prefill.cu"
-    if not path.is_file():
-        print(f"prefill_cuda_diagnose: no such kernel file: {path}", file=sys.stderr)
+    if args.kernel and args.tactics:
+        print("prefill_cuda_diagnose: --tactics checks the catalog family; drop KERNEL_FILE or --tactics",
+              file=sys.stderr)
+        return 2
+    if args.kernel and not Path(args.kernel).is_file():
+        print(f"prefill_cuda_diagnose: no such kernel file: {args.kernel}", file=sys.stderr)
         return 2
     import torch
 
@@ -82,16 +87,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from ksearch.instantiate.loader import load_entry_point
     from ksearch.task import load_task
+    from ksearch.task.catalog import load_catalog
 
     task = load_task(TASK)
-    run = load_entry_point(path.read_text(), "run")
+    if args.kernel:
+        subjects = [(Path(args.kernel).name, Path(args.kernel).read_text())]
+    else:
+        cat = load_catalog(task.strategies_dir, TASK)
+        settings = [{}] + ([dict(t.settings) for t in cat.family(FAMILY).tactics] if args.tactics else [])
+        subjects = [(f"{FAMILY}{json.dumps(k, sort_keys=True)}", cat.render(FAMILY, k)) for k in settings]
     rows = []
-    for name, q_lens, kv_lens in SHAPES:
-        row = diagnose(run, task, name, q_lens, kv_lens)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-        if "error" in row and "illegal" in row["error"]:
-            break                                # the CUDA context is gone: later shapes would only repeat it
+    for label, source in subjects:
+        run = load_entry_point(source, "run")
+        for name, q_lens, kv_lens in SHAPES:
+            row = {"kernel": label, **diagnose(run, task, name, q_lens, kv_lens)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            if "error" in row and "illegal" in row["error"]:
+                break                            # the CUDA context is gone: later shapes would only repeat it
+        if rows and "illegal" in rows[-1].get("error", ""):
+            break
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0 if all(r.get("within_tolerance") for r in rows) else 1

@@ -4,8 +4,9 @@
     PYTHONPATH=. python3 benchmarks/prefill_sweep.py OUT_DIR --dry      # CPU: Triton interpreter, tiny shapes
     PYTHONPATH=. python3 benchmarks/prefill_sweep.py OUT_DIR --source K.cu --variants 2   # a kernel file first
 
---source FILE (repeatable) puts a solution file (Triton or CUDA, e.g. the task's cuda/ kernels) ahead of the
-catalog variants, under its file name; --variants N then keeps the first N catalog variants.
+--source FILE (repeatable) puts a solution file (Triton or CUDA) ahead of the catalog variants, under its file
+name; --cuda puts the CUDA family (hopper_wgmma_prefill) at its defaults and every tactic next; --variants N
+then keeps the first N Triton catalog variants.
 
 For each variant (a catalog family at some knob setting: a grid of hopper_latent_tiles settings, then the
 earlier families' best settings) it renders the kernel, checks it against the task's reference on one small
@@ -47,6 +48,7 @@ from ksearch.store.atomic import atomic_write
 TASK = "mla_paged_prefill_causal_h16_ckv512_kpe64_ps1"
 BF16_PEAK_TFLOPS = 790.0
 NEW_FAMILY = "hopper_latent_tiles"
+CUDA_FAMILY = "hopper_wgmma_prefill"
 
 # hopper_latent_tiles settings (defaults: 64 rows, 64-row gathers, one program per tile over all 512 value
 # columns, 256-wide q.k chunks, 8 warps, num_stages 4, persistent). Each line changes what the comment says.
@@ -128,16 +130,25 @@ class Variant:
         return f"{self.family}[{knobs}]"
 
 
-def variants(dry: bool, limit: int | None, sources: list[str] | None = None) -> list[Variant]:
-    """The solution files given (first), then the catalog variants (with `limit`: the first `limit - 1`
-    new-family settings and one earlier family for comparison)."""
+def cuda_variants() -> list[Variant]:
+    """The CUDA family at its defaults and at every tactic's setting (GPU only)."""
+    from ksearch.task import load_task
+    from ksearch.task.catalog import load_catalog
+
+    fam = load_catalog(load_task(TASK).strategies_dir, TASK).family(CUDA_FAMILY)
+    return [Variant(CUDA_FAMILY, {})] + [Variant(CUDA_FAMILY, dict(t.settings)) for t in fam.tactics]
+
+
+def variants(dry: bool, limit: int | None, sources: list[str] | None = None, cuda: bool = False) -> list[Variant]:
+    """The solution files given (first), the CUDA family's settings (with `cuda`), then the Triton catalog
+    variants (with `limit`: the first `limit - 1` new-family settings and one earlier family for comparison)."""
     out = [Variant(NEW_FAMILY, k) for k in HOPPER_GRID] + [Variant(f, k) for f, k in OTHER_VARIANTS]
     if dry and limit is None:
         limit = 3
     if limit is not None:
         out = out[:max(limit - 1, 1)] + [Variant(*OTHER_VARIANTS[0])]
     files = [Variant(Path(p).stem, {}, source_path=str(p)) for p in sources or []]
-    return files + out
+    return files + (cuda_variants() if cuda else []) + out
 
 
 def _workload(task: Any, shape: Shape, num_pages: int) -> Any:
@@ -148,7 +159,7 @@ class Sweep:
     """One pass over variants x shapes; `run()` returns the JSON document it also writes to out_dir."""
 
     def __init__(self, out_dir: Path, dry: bool, budget_s: float, per_variant_s: float, limit: int | None,
-                 log: Callable[[str], None] = print, sources: list[str] | None = None):
+                 log: Callable[[str], None] = print, sources: list[str] | None = None, cuda: bool = False):
         import torch
 
         from ksearch.task import load_task
@@ -164,7 +175,7 @@ class Sweep:
         self.shapes = DRY_SHAPES if dry else GPU_SHAPES
         self.workloads = {s.name: _workload(self.task, s, pages) for s in self.shapes}
         self.check_workload = _workload(self.task, DRY_CHECK if dry else GPU_CHECK, pages)
-        self.variants = variants(dry, limit, sources)
+        self.variants = variants(dry, limit, sources, cuda)
         self.baseline: dict[str, dict[str, Any]] = {}
         self.t0 = time.monotonic()
         self.poisoned = False           # a sticky CUDA error: every later call in this process would fail
@@ -222,7 +233,7 @@ class Sweep:
 
         inputs = self._inputs(self.check_workload)
         want = self.task.reference(**inputs)
-        got = run(**inputs)
+        got = run(*[inputs[n] for n in self.task.definition.input_names])   # positional, as the judge calls it
         corr = self.task.correctness
         res = check_outputs(list(got), list(want), self.task.definition.output_names, atol=corr.atol,
                             rtol=corr.rtol, required_matched_ratio=corr.required_matched_ratio, rule=corr.rule)
@@ -346,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", type=int, default=None, help="only the first N variants (dry default: 3)")
     p.add_argument("--source", action="append", default=[], metavar="FILE",
                    help="a solution file (Triton or CUDA) to check and time before the catalog variants")
+    p.add_argument("--cuda", action="store_true",
+                   help=f"the CUDA family {CUDA_FAMILY} at its defaults and every tactic, before the Triton variants")
     p.add_argument("--resume", type=int, default=0, help=argparse.SUPPRESS)   # restarts so far (internal)
     args = p.parse_args(argv)
     if args.budget_s <= 0 or args.per_variant_s <= 0 or (args.variants is not None and args.variants < 1):
@@ -368,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             print("prefill_sweep: no CUDA device here; run it on the GPU machine, or pass --dry", file=sys.stderr)
             return 2
     sweep = Sweep(Path(args.out_dir), args.dry, args.budget_s, args.per_variant_s, args.variants,
-                  log=lambda m: print(m, flush=True), sources=args.source)
+                  log=lambda m: print(m, flush=True), sources=args.source, cuda=args.cuda)
     run_resumable(sweep, Path(args.out_dir) / "prefill_sweep.json", __file__, args.resume, MAX_RESTARTS, argv,
                   "prefill_sweep", "variants", table)
     return 0

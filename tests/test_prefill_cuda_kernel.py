@@ -1,10 +1,12 @@
-"""The MLA prefill CUDA kernel (tasks/<prefill>/cuda/hopper_wgmma_prefill.cu, issue 22): on the CPU, that it is
-recognised as a CUDA solution with a bindable entry point; on the GPU (marked gpu, cuda_build), that it matches
-the reference on ragged, chunked and partial-tile batches and on rows past qo_indptr[-1], and passes the judge on
-the feedback workloads."""
+"""The MLA prefill CUDA family (tasks/<prefill>/strategies/hopper_wgmma_prefill.cu.j2, issue 22): on the CPU,
+that it renders to a CUDA solution with a bindable entry point and that every knob combination compiles for
+sm_90a without spills or serialised MMAs; on the GPU (marked gpu, cuda_build), that the defaults and every
+tactic match the reference on ragged, chunked and partial-tile batches and on rows past qo_indptr[-1], and that
+the defaults pass the judge on the feedback workloads."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import shutil
@@ -17,13 +19,22 @@ from ksearch import PROJECT_ROOT
 from ksearch.instantiate.extract import extract_code
 from ksearch.instantiate.language import CUDA, language_of
 from ksearch.task import load_task
+from ksearch.task.catalog import load_catalog
 
 TASK = "mla_paged_prefill_causal_h16_ckv512_kpe64_ps1"
-KERNEL = PROJECT_ROOT / "tasks" / TASK / "cuda" / "hopper_wgmma_prefill.cu"
+FAMILY = "hopper_wgmma_prefill"
+CATALOG = load_catalog(PROJECT_ROOT / "tasks" / TASK / "strategies", TASK)
+SETTINGS = [{}] + [dict(t.settings) for t in CATALOG.family(FAMILY).tactics]
+SETTING_IDS = ["defaults"] + [t.name for t in CATALOG.family(FAMILY).tactics]
 
 
-def test_the_kernel_file_is_a_bindable_cuda_solution():
-    src = KERNEL.read_text()
+def _all_knob_combinations() -> list[dict]:
+    knobs = CATALOG.family(FAMILY).knobs
+    return [dict(zip(knobs, values, strict=True)) for values in itertools.product(*(k.values for k in knobs.values()))]
+
+
+def test_the_family_renders_a_bindable_cuda_solution():
+    src = CATALOG.render(FAMILY, {})
     assert language_of(src) == CUDA
     got = extract_code(f"```cuda\n{src}```")          # refuses sources whose entry point could never bind
     assert got.language == CUDA and "std::vector<torch::Tensor> run(" in got.code
@@ -40,9 +51,10 @@ def _device_part(src: str) -> str:
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit) to compile for sm_90a")
-def test_the_kernel_compiles_for_sm90a_without_spills(tmp_path):
+@pytest.mark.parametrize("knobs", _all_knob_combinations(), ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
+def test_every_knob_combination_compiles_for_sm90a_without_spills(tmp_path, knobs):
     cu = tmp_path / "k.cu"
-    cu.write_text(_device_part(KERNEL.read_text()))
+    cu.write_text(_device_part(CATALOG.render(FAMILY, knobs)))
     done = subprocess.run(["nvcc", "-arch=sm_90a", "-O3", "-std=c++17", "-cubin", "-o", str(tmp_path / "k.cubin"),
                            str(cu), "-Xptxas", "-v", "-diag-suppress", "177"],
                           capture_output=True, text=True, timeout=300)
@@ -53,13 +65,13 @@ def test_the_kernel_compiles_for_sm90a_without_spills(tmp_path):
     assert "wgmma.mma_async instructions are serialized" not in done.stderr, done.stderr[-2000:]
 
 
-@pytest.fixture(scope="module")
-def kernel():
+@pytest.fixture(scope="module", params=SETTINGS, ids=SETTING_IDS)
+def kernel(request):
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
     from ksearch.instantiate.loader import load_entry_point
 
-    return load_entry_point(KERNEL.read_text(), "run")
+    return load_entry_point(CATALOG.render(FAMILY, request.param), "run")
 
 
 @pytest.mark.gpu
@@ -96,5 +108,5 @@ def test_passes_the_judge_on_the_feedback_workloads():
     workloads = task.workload_set("feedback")
     with Evaluator(task, EvalSettings(device="cuda", timeout_s=600, warmup=2)) as ev:
         baseline = ev.measure_baselines(workloads)
-        report = ev.evaluate(KERNEL.read_text(), "hopper_wgmma_prefill", workloads, baseline)
+        report = ev.evaluate(CATALOG.render(FAMILY, {}), FAMILY, workloads, baseline)
         assert report.passed, (report.summary(), report.log[-2000:])

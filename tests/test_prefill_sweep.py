@@ -13,6 +13,8 @@ import sys
 import pytest
 
 from ksearch import PROJECT_ROOT
+from ksearch.task import load_task
+from ksearch.task.catalog import load_catalog
 
 
 @pytest.fixture(scope="module")
@@ -87,22 +89,29 @@ def test_every_gpu_variant_is_a_catalog_setting(sweep_module):
 
 
 def test_source_files_come_first_under_their_names(sweep_module, tmp_path, monkeypatch):
-    # A solution file is checked like a catalog variant: here one that returns zeros (caught by the check)
-    # and the task's CUDA kernel, which cannot run on this CPU (recorded, the sweep goes on).
+    # A solution file is checked like a catalog variant: here one that returns zeros (caught by the check;
+    # its parameters are positional-only, as a CUDA extension's are: the check must call it the judge's
+    # way) and the task's CUDA family rendered to a file, which cannot run on this CPU (recorded, the sweep
+    # goes on). --cuda adds the CUDA family's own settings after the files, also recorded as not runnable.
     monkeypatch.setattr(sweep_module, "HOPPER_GRID", [{"BLOCK_M": 48}])
     monkeypatch.setattr(sweep_module, "OTHER_VARIANTS", [("persistent_tc_tile", {})])
     zeros = tmp_path / "zeros.py"
     zeros.write_text("import torch\n\n\ndef run(q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,"
-                     " sm_scale):\n    return torch.zeros_like(q_nope), torch.zeros(q_nope.shape[:2])\n")
-    cuda_file = (PROJECT_ROOT / "tasks" / sweep_module.TASK / "cuda" / "hopper_wgmma_prefill.cu")
+                     " sm_scale, /):\n    return torch.zeros_like(q_nope), torch.zeros(q_nope.shape[:2])\n")
+    task = load_task(sweep_module.TASK)
+    cuda_file = tmp_path / "hopper_wgmma_prefill.cu"
+    cuda_file.write_text(load_catalog(task.strategies_dir, task.name).render(sweep_module.CUDA_FAMILY, {}))
     out = tmp_path / "out"
-    assert sweep_module.main([str(out), "--dry", "--source", str(zeros), "--source", str(cuda_file)]) == 0
+    assert sweep_module.main([str(out), "--dry", "--cuda", "--source", str(zeros), "--source", str(cuda_file)]) == 0
     doc = json.loads((out / "prefill_sweep.json").read_text())
     labels = [v["label"] for v in doc["variants"]]
-    assert labels[:2] == ["file:zeros.py", "file:hopper_wgmma_prefill.cu"]
+    assert labels[:3] == ["file:zeros.py", "file:hopper_wgmma_prefill.cu", "hopper_wgmma_prefill[defaults]"]
     status = {v["label"]: (v["status"], v["error"] or "") for v in doc["variants"]}
     assert status["file:zeros.py"][0] == "failed" and "wrong result" in status["file:zeros.py"][1]
     assert status["file:hopper_wgmma_prefill.cu"][0] == "failed" and "CUDA" in status["file:hopper_wgmma_prefill.cu"][1]
+    cuda_labels = [x for x in labels if x.startswith("hopper_wgmma_prefill[")]
+    assert len(cuda_labels) == 1 + len(load_catalog(task.strategies_dir, task.name).family("hopper_wgmma_prefill").tactics)
+    assert all(status[x][0] == "failed" and "CUDA" in status[x][1] for x in cuda_labels)
     assert status["persistent_tc_tile[defaults]"][0] == "ok"
 
 
