@@ -67,7 +67,7 @@ def _serve(sock: socket.socket, task, script: Script) -> None:
         fd = exchange.receive_fd(sock) if req.get("shared") else None
         arrived = time.perf_counter()
         op = req["op"]
-        script.log.append((op, {k: v for k, v in req.items() if k in ("n", "mode", "seeds", "seed")}))
+        script.log.append((op, {k: v for k, v in req.items() if k in ("n", "mode", "seeds", "seed", "fetch")}))
         if op == "stop":
             send({"ok": True})
             return
@@ -78,7 +78,11 @@ def _serve(sock: socket.socket, task, script: Script) -> None:
         elif op == "capture":
             send({"ok": True, "captured": script.captured, "kernels": script.kernels, "error": "scripted"})
         elif op == "echo":
-            exchange.Mapped(fd, req["layout"]).close()
+            shared = exchange.Mapped(fd, req["layout"])
+            if req.get("fetch"):
+                for slot in shared.outputs:
+                    slot.copy_(torch.zeros_like(slot))
+            shared.close()
             time.sleep(script.echo_ms / 1e3)
             send({"ok": True})
         elif op == "call":
@@ -261,8 +265,8 @@ def test_a_disagreement_between_clock_and_events_is_quoted_with_where_the_window
     honest = breakdown(judge, [100.2, 100.3, 104.3, 129.3, 129.8, 129.9], [3.0, 0.5, 0.5], calls=300, mode="graph")
     lying = breakdown([0.0, 0.1, 25.0, 25.1, 25.2], [1.0, 2.0, 3.0, 2.0, 4.0, 5.0], calls=300, mode="graph")
     note = window_note(extremes([honest], lying), costs, costs.flush_ms)
-    assert note.startswith("windows of 300 calls, less the judge's own 0.50 ms of inputs and outputs, 1.25 ms of "
-                           "protocol and 300 x "
+    assert note.startswith("windows of 300 calls, less the judge's own 0.50 ms of inputs, 1.25 ms of "
+                           "protocol and output fetch (its stand-in's) and 300 x "
                            "30.0 µs of flushes; slowest 31.00 ms: send 0.10, request in flight 0.10, map 0.10, "
                            "inputs 4.00 (make 3.00, copy 0.50, wait 0.50), calls 25.00, outputs 0.50, until its "
                            "reply 0.10, reply in flight 0.10, stop 0.10, take 0.90; fastest 25.20 ms: "), note
@@ -413,6 +417,8 @@ def test_the_protocol_around_a_window_is_measured_through_the_judges_stand_in(mo
     j._end(stand)
     assert 4.0 <= ms < 60.0
     assert [op for op, _ in script.log].count("echo") == 4            # a warm-up and three
+    # on the GPU the stand-in also fetches outputs into the slots, as a candidate's window does in its process
+    assert all(req.get("fetch") is True for op, req in script.log if op == "echo")
     costs = TrustedCosts(reveal_ms=1.0, flush_ms=0.02, flush_sync_ms=0.05, protocol_ms=ms)
     assert costs.besides_calls(100, costs.flush_ms) == pytest.approx(1.0 + ms + 2.0)
 
@@ -434,5 +440,33 @@ def test_the_real_harness_answers_echo_for_the_stand_in(task, workloads):
         finally:
             j._end(stand)
         assert 0.0 < ms < 500.0
+    finally:
+        spawner.close()
+
+
+@pytest.mark.parametrize("fetch", [True, False])
+def test_the_stand_ins_echo_fetches_outputs_into_the_slots_only_when_asked(task, workloads, fetch):
+    """`echo` with `fetch` fills every output slot (NaN until then) from the stand-in's device buffers, as a
+    window's output copy does: what the judge subtracts for the output fetch is paid in a process spawned as a
+    candidate's, with its own mapping of the slots. Without it the slots stay as the judge left them."""
+    from ksearch.eval.isolation.spawn import CandidateSpawner
+
+    spawner = CandidateSpawner(interpret=True)
+    try:
+        job = EvalJob(task=TASK, candidates=[], workloads=list(workloads[:1]), device="cpu",
+                      metric=Metric.gpu_time, timeout_s=60, tasks_root=str(task.dir.parent))
+        j = Judge(job, spawner)
+        stand = j._stand_in()
+        try:
+            assert stand.ok, stand.report.summary()
+            _, layout = j._trusted_window(workloads[0], 2)
+            for _ in range(2):                  # the second echo reuses the first one's buffers
+                with exchange.SharedCall(layout) as shared:
+                    header, outs, _, _, _ = j.timed(stand, {"op": "echo", "layout": layout, "fetch": fetch}, shared)
+                assert header.get("ok"), header
+                assert outs and all(bool((o == 0).all()) if fetch else bool(o.float().isnan().all())
+                                    for o in outs if o.is_floating_point()), outs
+        finally:
+            j._end(stand)
     finally:
         spawner.close()

@@ -34,9 +34,11 @@ Requests (pickled dicts from the judge; each gets exactly one reply; `shared`: a
                                   be sent], inputs_split_ms: [make, copy, wait for the GPU]}
                                   (a cross-check and a diagnosis only, ksearch.eval.clocks.stamps; the
                                   judge's clock counts)
-  echo {layout, shared}           map the shared memory, unmap it, reply: sent only to the judge's own
-                                  stand-in (a trusted no-op source, never a candidate's), to measure what
-                                  the protocol around a window costs (ksearch.eval.trusted.judge)
+  echo {layout, shared[, fetch]}  map the shared memory, (fetch) copy device buffers shaped like the output
+                                  slots into them as a window copies its outputs, unmap it, reply: sent only
+                                  to the judge's own stand-in (a trusted no-op source, never a candidate's),
+                                  to measure what the protocol and the output fetch around a window cost in
+                                  a process like a candidate's (ksearch.eval.trusted.judge)
   reveal_probe {seeds}            (GPU, untimed, quoted only) the input generation of a window again, per
                                   seed: its parts by the host clock, its GPU time, the allocator's counters
   profile {workload, seed}        (GPU, advisory, after all timing) one warm call, then one call under the
@@ -442,10 +444,30 @@ class _Server:
             shared.close()
 
     def echo(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
-        """A window without inputs, calls or outputs: the shared memory mapped as a window maps it, then the
-        reply. What the judge's clock holds for it is the protocol's own cost."""
-        self._map(fd, req["layout"]).close()     # type: ignore[arg-type]  # the judge sends its file
+        """A window without inputs or calls: the shared memory mapped as a window maps it, with `fetch` the
+        output slots filled from device buffers of their shapes as a window fills them, then the reply. What
+        the judge's clock holds for it is the protocol's cost and, with `fetch`, the outputs' fetch as this
+        kind of process pays it: its own fresh mapping of the slots, faulted in page by page (on a 268 MB
+        output, 7x what the judge's own process paid for the same copy: H100, session 17)."""
+        shared = self._map(fd, req["layout"])     # type: ignore[arg-type]  # the judge sends its file
+        try:
+            if req.get("fetch"):
+                sources = self._echo_sources(shared.outputs)
+                self._sync()
+                for src, slot in zip(sources, shared.outputs):
+                    slot.copy_(src)
+        finally:
+            shared.close()
         return {"ok": True}
+
+    def _echo_sources(self, slots: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Zeroed device tensors shaped like `slots`, kept for the next echo of the same layout (the judge's
+        first echo is a warm-up it does not count, so their allocation stays out of its measurement)."""
+        key = [(tuple(s.shape), s.dtype) for s in slots]
+        if getattr(self, "_echo_key", None) != key:
+            self._echo_key = key
+            self._echo_bufs = [torch.zeros(s.shape, dtype=s.dtype, device=self.k.device) for s in slots]
+        return self._echo_bufs
 
     def reveal_probe(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
         """Untimed, after a workload's windows, when the judge's clock and this process's events disagree: the
