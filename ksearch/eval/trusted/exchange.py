@@ -199,11 +199,18 @@ class SharedCall:
         self.close()
 
 
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)      # Linux only; elsewhere the pages fault in as they are written
+
+
 class Mapped:
     """(Candidate side) the shared file of one request, as tensors: inputs in call order, output slots."""
 
     def __init__(self, fd: int, layout: Layout):
-        self._mm: mmap.mmap | None = mmap.mmap(fd, layout.size)
+        # Every page mapped at once (MAP_POPULATE) rather than faulted in one by one by the output copy: the
+        # judge wrote the slots, so the pages exist, and each window's file is new to this process. Copying
+        # 537 MB into a fresh mapping took 107 ms, 15 + 44 ms populated (CPU, 2026-12-06); the same copy
+        # from the GPU cost a prefill candidate's window ~7x the judge's own (H100).
+        self._mm: mmap.mmap | None = mmap.mmap(fd, layout.size, flags=mmap.MAP_SHARED | _POPULATE)
         by_name: dict[str, Any] = dict(layout.scalars)
         for slot in layout.inputs:
             by_name[slot.name] = _view(self._mm, slot)
