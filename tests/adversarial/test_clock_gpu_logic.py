@@ -3,6 +3,7 @@ window) from a thread, and the judge's CUDA calls are no-ops. What a real GPU ad
 this covers the decisions that do not need one: which clock a kernel gets, what is subtracted, that every
 window's outputs are verified and that a window's size is the judge's choice, not the candidate's."""
 
+import contextlib
 import os
 import socket
 import threading
@@ -423,9 +424,9 @@ def test_the_protocol_around_a_window_is_measured_through_the_judges_stand_in(mo
     assert costs.besides_calls(100, costs.flush_ms) == pytest.approx(1.0 + ms + 2.0)
 
 
-def test_the_real_harness_answers_echo_for_the_stand_in(task, workloads):
-    """The stand-in through the real spawner and harness (CPU): spawned like a candidate, a no-op loaded,
-    `echo` answered within the judge's clock."""
+@contextlib.contextmanager
+def _real_stand_in(task, workloads):
+    """A judge on the CPU with its stand-in spawned through the real spawner and harness: (judge, stand-in)."""
     from ksearch.eval.isolation.spawn import CandidateSpawner
 
     spawner = CandidateSpawner(interpret=True)
@@ -436,12 +437,19 @@ def test_the_real_harness_answers_echo_for_the_stand_in(task, workloads):
         stand = j._stand_in()
         try:
             assert stand.ok, stand.report.summary()
-            ms = j._protocol_ms(stand, workloads[0], trials=3)
+            yield j, stand
         finally:
             j._end(stand)
-        assert 0.0 < ms < 500.0
     finally:
         spawner.close()
+
+
+def test_the_real_harness_answers_echo_for_the_stand_in(task, workloads):
+    """The stand-in through the real spawner and harness (CPU): spawned like a candidate, a no-op loaded,
+    `echo` answered within the judge's clock."""
+    with _real_stand_in(task, workloads) as (j, stand):
+        ms = j._protocol_ms(stand, workloads[0], trials=3)
+    assert 0.0 < ms < 500.0
 
 
 @pytest.mark.parametrize("fetch", [True, False])
@@ -449,24 +457,11 @@ def test_the_stand_ins_echo_fetches_outputs_into_the_slots_only_when_asked(task,
     """`echo` with `fetch` fills every output slot (NaN until then) from the stand-in's device buffers, as a
     window's output copy does: what the judge subtracts for the output fetch is paid in a process spawned as a
     candidate's, with its own mapping of the slots. Without it the slots stay as the judge left them."""
-    from ksearch.eval.isolation.spawn import CandidateSpawner
-
-    spawner = CandidateSpawner(interpret=True)
-    try:
-        job = EvalJob(task=TASK, candidates=[], workloads=list(workloads[:1]), device="cpu",
-                      metric=Metric.gpu_time, timeout_s=60, tasks_root=str(task.dir.parent))
-        j = Judge(job, spawner)
-        stand = j._stand_in()
-        try:
-            assert stand.ok, stand.report.summary()
-            _, layout = j._trusted_window(workloads[0], 2)
-            for _ in range(2):                  # the second echo reuses the first one's buffers
-                with exchange.SharedCall(layout) as shared:
-                    header, outs, _, _, _ = j.timed(stand, {"op": "echo", "layout": layout, "fetch": fetch}, shared)
-                assert header.get("ok"), header
-                assert outs and all(bool((o == 0).all()) if fetch else bool(o.float().isnan().all())
-                                    for o in outs if o.is_floating_point()), outs
-        finally:
-            j._end(stand)
-    finally:
-        spawner.close()
+    with _real_stand_in(task, workloads) as (j, stand):
+        _, layout = j._trusted_window(workloads[0], 2)
+        for _ in range(2):                  # the second echo reuses the first one's buffers
+            with exchange.SharedCall(layout) as shared:
+                header, outs, _, _, _ = j.timed(stand, {"op": "echo", "layout": layout, "fetch": fetch}, shared)
+            assert header.get("ok"), header
+            assert outs and all(bool((o == 0).all()) if fetch else bool(o.float().isnan().all())
+                                for o in outs if o.is_floating_point()), outs
