@@ -66,6 +66,11 @@ def diagnose(run: Any, task: Any, name: str, q_lens: list[int], kv_lens: list[in
     }
 
 
+def _context_lost(row: dict[str, Any]) -> bool:
+    """An illegal address poisons the CUDA context: every later call in this process fails the same way."""
+    return "illegal" in row.get("error", "")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("kernel", nargs="?", default=None,
@@ -96,16 +101,15 @@ def main(argv: list[str] | None = None) -> int:
         cat = load_catalog(task.strategies_dir, TASK)
         settings = [{}] + ([dict(t.settings) for t in cat.family(FAMILY).tactics] if args.tactics else [])
         subjects = [(f"{FAMILY}{json.dumps(k, sort_keys=True)}", cat.render(FAMILY, k)) for k in settings]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for label, source in subjects:
         run = load_entry_point(source, "run")
         for name, q_lens, kv_lens in SHAPES:
-            row = {"kernel": label, **diagnose(run, task, name, q_lens, kv_lens)}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            if "error" in row and "illegal" in row["error"]:
-                break                            # the CUDA context is gone: later shapes would only repeat it
-        if rows and "illegal" in rows[-1].get("error", ""):
+            rows.append({"kernel": label, **diagnose(run, task, name, q_lens, kv_lens)})
+            print(json.dumps(rows[-1]), flush=True)
+            if _context_lost(rows[-1]):
+                break                            # later shapes (and kernels) would only repeat it
+        if _context_lost(rows[-1]):
             break
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -130,25 +130,23 @@ class Variant:
         return f"{self.family}[{knobs}]"
 
 
-def cuda_variants() -> list[Variant]:
+def cuda_variants(catalog: Any) -> list[Variant]:
     """The CUDA family at its defaults and at every tactic's setting (GPU only)."""
-    from ksearch.task import load_task
-    from ksearch.task.catalog import load_catalog
-
-    fam = load_catalog(load_task(TASK).strategies_dir, TASK).family(CUDA_FAMILY)
+    fam = catalog.family(CUDA_FAMILY)
     return [Variant(CUDA_FAMILY, {})] + [Variant(CUDA_FAMILY, dict(t.settings)) for t in fam.tactics]
 
 
-def variants(dry: bool, limit: int | None, sources: list[str] | None = None, cuda: bool = False) -> list[Variant]:
-    """The solution files given (first), the CUDA family's settings (with `cuda`), then the Triton catalog
-    variants (with `limit`: the first `limit - 1` new-family settings and one earlier family for comparison)."""
+def variants(dry: bool, limit: int | None, sources: list[str] | None = None, catalog: Any = None) -> list[Variant]:
+    """The solution files given (first), the CUDA family's settings (given the task's `catalog`), then the
+    Triton catalog variants (with `limit`: the first `limit - 1` new-family settings and one earlier family
+    for comparison)."""
     out = [Variant(NEW_FAMILY, k) for k in HOPPER_GRID] + [Variant(f, k) for f, k in OTHER_VARIANTS]
     if dry and limit is None:
         limit = 3
     if limit is not None:
         out = out[:max(limit - 1, 1)] + [Variant(*OTHER_VARIANTS[0])]
     files = [Variant(Path(p).stem, {}, source_path=str(p)) for p in sources or []]
-    return files + (cuda_variants() if cuda else []) + out
+    return files + (cuda_variants(catalog) if catalog is not None else []) + out
 
 
 def _workload(task: Any, shape: Shape, num_pages: int) -> Any:
@@ -175,7 +173,7 @@ class Sweep:
         self.shapes = DRY_SHAPES if dry else GPU_SHAPES
         self.workloads = {s.name: _workload(self.task, s, pages) for s in self.shapes}
         self.check_workload = _workload(self.task, DRY_CHECK if dry else GPU_CHECK, pages)
-        self.variants = variants(dry, limit, sources, cuda)
+        self.variants = variants(dry, limit, sources, self.catalog if cuda else None)
         self.baseline: dict[str, dict[str, Any]] = {}
         self.t0 = time.monotonic()
         self.poisoned = False           # a sticky CUDA error: every later call in this process would fail

@@ -458,7 +458,7 @@ def test_the_stand_ins_echo_fetches_outputs_into_the_slots_only_when_asked(task,
     window's output copy does: what the judge subtracts for the output fetch is paid in a process spawned as a
     candidate's, with its own mapping of the slots. Without it the slots stay as the judge left them."""
     with _real_stand_in(task, workloads) as (j, stand):
-        _, layout = j._trusted_window(workloads[0], 2)
+        layout = j._trusted_layout(workloads[0], 2)
         for _ in range(2):                  # the second echo reuses the first one's buffers
             with exchange.SharedCall(layout) as shared:
                 header, outs, _, _, _ = j.timed(stand, {"op": "echo", "layout": layout, "fetch": fetch}, shared)

@@ -220,6 +220,7 @@ class _Server:
         self._sleep = time.sleep
         self._now = time.perf_counter
         self._arrived = 0.0         # when the request being served arrived (perf_counter s)
+        self._echo_bufs: list[torch.Tensor] = []      # what `echo` fetches into the slots (the last layout's)
         self._clone = torch.clone
         self._gc_pause, self._gc_resume, self._gc_settle = gc.disable, gc.enable, _settle_garbage
         if k.on_gpu:
@@ -463,9 +464,7 @@ class _Server:
     def _echo_sources(self, slots: list[torch.Tensor]) -> list[torch.Tensor]:
         """Zeroed device tensors shaped like `slots`, kept for the next echo of the same layout (the judge's
         first echo is a warm-up it does not count, so their allocation stays out of its measurement)."""
-        key = [(tuple(s.shape), s.dtype) for s in slots]
-        if getattr(self, "_echo_key", None) != key:
-            self._echo_key = key
+        if [(b.shape, b.dtype) for b in self._echo_bufs] != [(s.shape, s.dtype) for s in slots]:
             self._echo_bufs = [torch.zeros(s.shape, dtype=s.dtype, device=self.k.device) for s in slots]
         return self._echo_bufs
 

@@ -550,7 +550,7 @@ class Judge:
         of the slots, as a candidate's window does it; the same copy in the judge's process measured 7x faster
         on a 268 MB output, and the difference was counted as the candidate's: H100, session 17). The median
         after a warm-up, as the candidate's windows are read by their median; 0 when the stand-in fails."""
-        _, layout = self._trusted_window(w, self.timing_sets(w))
+        layout = self._trusted_layout(w, self.timing_sets(w))
         walls = []
         request = {"op": "echo", "layout": layout, "fetch": bool(self.on_gpu)}
         try:
@@ -590,11 +590,11 @@ class Judge:
         torch.cuda.empty_cache()
         return min(walls[1:])
 
-    def _trusted_window(self, w: Workload, n_sets: int) -> tuple[list[torch.Tensor], exchange.Layout]:
-        """The output templates of P sets and their shared layout, for the stand-in's windows (`_protocol_ms`)."""
+    def _trusted_layout(self, w: Workload, n_sets: int) -> exchange.Layout:
+        """The shared layout of P sets' output slots, for the stand-in's windows (`_protocol_ms`)."""
         outs = [t for _ in range(n_sets)
                 for t in self._output_templates(w, w.input_seed(self.nonce ^ TRUSTED_SALT, 800))]
-        return outs, exchange.plan(None, (), outs, self.names * n_sets)
+        return exchange.plan(None, (), outs, self.names * n_sets)
 
     def _output_templates(self, w: Workload, seed: int) -> list[torch.Tensor]:
         """Empty tensors shaped like a call's outputs (the reference's: a definition's axes may be overridden
