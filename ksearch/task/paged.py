@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 
 import torch
 
@@ -69,11 +70,41 @@ def log_spread_lengths(batch: int, lo: int, hi: int, gen: torch.Generator) -> li
     return out
 
 
-def paged_indices(kv_lens: list[int], num_pages: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """kv_indptr (prefix sums) and kv_indices (distinct random page ids) as int32 CPU tensors."""
-    total = sum(kv_lens)
+def distinct_pages(total: int, num_pages: int, gen: torch.Generator) -> torch.Tensor:
+    """`total` distinct page ids in [0, num_pages), scattered over the pool, as int64.
+
+    An affine map i -> (a*i + b) mod num_pages with a coprime to num_pages (so no two ids collide), a drawn
+    from the middle half of the range so that neighbouring tokens' pages lie far apart. It costs O(total): a
+    randperm of a ~1M-page pool took ~10 ms of host time per input set, inside every timed window's input
+    generation (MLA prefill, H100, session 18)."""
     if total > num_pages:
         raise ValueError(f"{total} tokens do not fit in {num_pages} pages")
+    if num_pages <= 2:
+        return torch.randperm(num_pages, generator=gen)[:total]
+    lo, span = num_pages // 4, max(1, num_pages // 2)
+    a = lo + int(torch.randint(span, (1,), generator=gen))
+    while math.gcd(a, num_pages) != 1:
+        a = a + 1 if a + 1 < num_pages else 1
+    b = int(torch.randint(num_pages, (1,), generator=gen))
+    return (torch.arange(total, dtype=torch.int64) * a + b) % num_pages
+
+
+def paged_indices(kv_lens: list[int], num_pages: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """kv_indptr (prefix sums) and kv_indices (distinct, scattered page ids) as int32 CPU tensors."""
+    total = sum(kv_lens)
     indptr = prefix_sums(kv_lens)
-    indices = torch.randperm(num_pages, generator=gen)[:total].to(torch.int32)
-    return indptr, indices
+    return indptr, distinct_pages(total, num_pages, gen).to(torch.int32)
+
+
+def page_pool(num_pages: int, row_shape: tuple[int, ...], pages: torch.Tensor, gen: torch.Generator, *,
+              device: str, dtype: torch.dtype) -> torch.Tensor:
+    """A KV pool of `num_pages` rows whose rows at `pages` hold fresh normal values, every other row zeros.
+
+    A kernel reads only the pages its indices name, so only those need fresh values: drawing the whole
+    ~1 GB pool of an MLA task cost tens of ms per input set, most of what the judge had to subtract from a
+    timed window (H100, session 18)."""
+    pool = torch.zeros((num_pages, *row_shape), dtype=dtype, device=device)
+    if len(pages):
+        pool[pages.to(device=device, dtype=torch.long)] = torch.randn((len(pages), *row_shape), generator=gen,
+                                                                       device=device, dtype=dtype)
+    return pool

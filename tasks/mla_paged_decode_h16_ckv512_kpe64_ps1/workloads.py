@@ -36,6 +36,7 @@ from ksearch.task.paged import (
     decode_workload,
     decode_workload_lens,
     log_spread_lengths,
+    page_pool,
     paged_indices,
     stable_generator,
 )
@@ -128,12 +129,13 @@ def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:
     gen = torch.Generator(device=device).manual_seed(seed)
     batch, pages = ax["batch_size"], ax["num_pages"]
     bf16 = torch.bfloat16
-    # Drawn directly in bf16: the pool is ~1 GB of bf16 and an fp32 staging copy would double it.
+    # Drawn directly in bf16 (an fp32 staging copy would double the memory).
     q_nope = torch.randn(batch, NUM_QO_HEADS, HEAD_DIM_CKV, generator=gen, device=device, dtype=bf16)
     q_pe = torch.randn(batch, NUM_QO_HEADS, HEAD_DIM_KPE, generator=gen, device=device, dtype=bf16)
-    ckv_cache = torch.randn(pages, 1, HEAD_DIM_CKV, generator=gen, device=device, dtype=bf16)
-    kpe_cache = torch.randn(pages, 1, HEAD_DIM_KPE, generator=gen, device=device, dtype=bf16)
     indptr, indices = paged_indices(workload.params["kv_lens"], pages, torch.Generator().manual_seed(seed))
+    # Fresh values only in the pages the indices name (the rest of the ~1 GB pool is zeros: ksearch.task.paged).
+    ckv_cache = page_pool(pages, (1, HEAD_DIM_CKV), indices, gen, device=device, dtype=bf16)
+    kpe_cache = page_pool(pages, (1, HEAD_DIM_KPE), indices, gen, device=device, dtype=bf16)
     return {
         "q_nope": q_nope, "q_pe": q_pe, "ckv_cache": ckv_cache, "kpe_cache": kpe_cache,
         "kv_indptr": indptr.to(device), "kv_indices": indices.to(device),

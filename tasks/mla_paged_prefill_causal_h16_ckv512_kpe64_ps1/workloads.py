@@ -41,7 +41,7 @@ large one. See `REGIONS`.
 import torch
 
 from ksearch.task import Workload
-from ksearch.task.paged import paged_indices, prefix_sums, split_lengths, stable_generator
+from ksearch.task.paged import page_pool, paged_indices, prefix_sums, split_lengths, stable_generator
 from ksearch.task.regions import Feature, RegionScheme
 
 NUM_QO_HEADS, HEAD_DIM_CKV, HEAD_DIM_KPE = 16, 512, 64
@@ -174,14 +174,15 @@ def make_inputs(workload: Workload, *, device: str, seed: int) -> dict:
     gen = torch.Generator(device=device).manual_seed(seed)
     total_q, pages = ax["total_q"], ax["num_pages"]
     bf16 = torch.bfloat16
-    # Drawn directly in bf16: the pool is ~1 GB of bf16 and an fp32 staging copy would double it.
+    # Drawn directly in bf16 (an fp32 staging copy would double the memory).
     q_nope = torch.randn(total_q, NUM_QO_HEADS, HEAD_DIM_CKV, generator=gen, device=device, dtype=bf16)
     q_pe = torch.randn(total_q, NUM_QO_HEADS, HEAD_DIM_KPE, generator=gen, device=device, dtype=bf16)
-    ckv_cache = torch.randn(pages, 1, HEAD_DIM_CKV, generator=gen, device=device, dtype=bf16)
-    kpe_cache = torch.randn(pages, 1, HEAD_DIM_KPE, generator=gen, device=device, dtype=bf16)
     q_lens = workload.params["q_lens"]
     qo_indptr = prefix_sums(q_lens)
     kv_indptr, kv_indices = paged_indices(workload.params["kv_lens"], pages, torch.Generator().manual_seed(seed))
+    # Fresh values only in the pages the indices name (the rest of the ~1 GB pool is zeros: ksearch.task.paged).
+    ckv_cache = page_pool(pages, (1, HEAD_DIM_CKV), kv_indices, gen, device=device, dtype=bf16)
+    kpe_cache = page_pool(pages, (1, HEAD_DIM_KPE), kv_indices, gen, device=device, dtype=bf16)
     return {
         "q_nope": q_nope, "q_pe": q_pe, "ckv_cache": ckv_cache, "kpe_cache": kpe_cache,
         "qo_indptr": qo_indptr.to(device), "kv_indptr": kv_indptr.to(device), "kv_indices": kv_indices.to(device),

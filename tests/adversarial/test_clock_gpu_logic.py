@@ -68,7 +68,8 @@ def _serve(sock: socket.socket, task, script: Script) -> None:
         fd = exchange.receive_fd(sock) if req.get("shared") else None
         arrived = time.perf_counter()
         op = req["op"]
-        script.log.append((op, {k: v for k, v in req.items() if k in ("n", "mode", "seeds", "seed", "fetch")}))
+        script.log.append((op, {k: v for k, v in req.items()
+                                if k in ("n", "mode", "seeds", "seed", "fetch", "replays")}))
         if op == "stop":
             send({"ok": True})
             return
@@ -99,7 +100,7 @@ def _serve(sock: socket.socket, task, script: Script) -> None:
             per_call = script.per_call_ms + {"graph": COSTS.flush_ms, "eager_sync": COSTS.flush_sync_ms}.get(mode, 0.0)
             time.sleep(COSTS.reveal_ms / 1e3)                               # what an honest window costs
             inputs = time.perf_counter()
-            time.sleep(req["n"] * per_call / 1e3)
+            time.sleep(req["n"] * req.get("replays", 1) * per_call / 1e3)
             calls = time.perf_counter()
             seen[mode] = seen.get(mode, 0) + 1
             k = len(task.definition.output_names)
@@ -197,8 +198,35 @@ def test_a_graph_that_holds_the_work_is_the_clock_less_the_judges_own_costs(gpu_
     # (window - reveal - n x flush) / n: at least what the call slept, never less
     assert script.per_call_ms * 0.9 < row.gpu_time_ms < script.per_call_ms * 3, row.gpu_time_ms
     assert row.self_reported_ms == 0.0 and row.call_latency_ms > 0
-    # windows are long enough for the judge-measured input generation to be a small share
-    assert n * script.per_call_ms >= COSTS.reveal_ms / judge_module.REVEAL_SHARE * 0.9
+    # windows are long enough for what the judge subtracts to be a small share of them
+    share = judge_module.OVERHEAD_SHARE
+    assert n * script.per_call_ms >= COSTS.reveal_ms * (1 - share) / share * 0.9
+
+
+def test_a_graph_bounded_by_its_outputs_memory_is_replayed_until_the_subtracted_costs_are_a_small_share(
+        gpu_judge, workloads, monkeypatch):
+    """A long prefill: each call's outputs are large, so a graph holds only a few calls; the judge's own costs
+    (input generation and protocol, 30 ms here) would be most of a window of them, and the difference between
+    what it measured and what the candidate's process pays became the kernel's time (H100, session 18)."""
+    w = workloads[0]
+    costs = TrustedCosts(reveal_ms=10.0, flush_ms=0.02, flush_sync_ms=0.05, protocol_ms=20.0)
+    script = Script(per_call_ms=2.0, est_ms=2.0)
+    j, c = gpu_judge(script)
+    j.costs = {w.name: costs}
+    monkeypatch.setattr(j, "output_bytes", lambda _w: 1 << 30)        # 1 GiB a call: a graph of a few calls
+    status, row = _timed(j, c, w)
+    assert status == Status.PASSED, c.report.summary()
+    timed = [r for op, r in script.log if op == "window" and r["mode"] == "graph"]
+    n = timed[0]["n"]
+    assert n <= 2 * j.timing_sets(w), n           # the memory bound (rounded up to whole rotations of the sets)
+    replayed = [r for r in timed if r.get("replays", 1) > 1]
+    assert replayed, timed
+    calls_ms = n * replayed[-1]["replays"] * script.per_call_ms
+    share = judge_module.OVERHEAD_SHARE
+    assert calls_ms >= (costs.reveal_ms + costs.protocol_ms) * (1 - share) / share * 0.9, (n, replayed[-1])
+    assert calls_ms <= judge_module.MAX_WINDOW_MS
+    # every call of every replay is counted: the time per call is what a call slept, not R times it
+    assert script.per_call_ms * 0.9 < row.gpu_time_ms < script.per_call_ms * 1.5, row.gpu_time_ms
 
 
 def test_counts_that_miss_calls_send_the_kernel_to_the_judges_eager_clock(gpu_judge, workloads):

@@ -405,7 +405,8 @@ class _Server:
         return split + [(self._now() - t) * 1e3]
 
     def window(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
-        """Fresh values into the P sets, n calls as `mode`, the P last outputs into the slots. Clocked by the judge."""
+        """Fresh values into the P sets, n calls as `mode` (a graph of n calls replayed `replays` times), the P last
+        outputs into the slots. Clocked by the judge."""
         k = self.k
         shared = self._map(fd, req["layout"])     # type: ignore[arg-type]  # the judge sends every window its file
         try:
@@ -417,7 +418,7 @@ class _Server:
             if mode == "graph":
                 if k.timer is None:
                     raise RuntimeError("no captured graph to replay")
-                event_ms = k.timer.replay("call")
+                event_ms = k.timer.replay("call", int(req.get("replays", 1)))
                 got = k.timer.capture.outputs
             elif mode == "eager":
                 got = self._eager_loop(self._pool_call(), n_sets, n, k.device)

@@ -225,12 +225,15 @@ class GraphTimer:
             walls[which] = (time.perf_counter() - t0) * 1e3
         return per_call_ms(walls["call"], self.n, walls["flush"])
 
-    def replay(self, which: str) -> float:
-        """Replay one graph and wait for it; returns this process's own event time in ms (a cross-check)."""
+    def replay(self, which: str, times: int = 1) -> float:
+        """Replay one graph `times` times back to back and wait for them; returns this process's own event time
+        in ms (a cross-check). Replays, not a longer graph, make a window long when a call's outputs are large:
+        a graph keeps every call's outputs alive, so its length is bounded by memory (`iterations_for`)."""
         g = self.capture.call_graph if which == "call" else self.capture.flush_graph
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        g.replay()
+        for _ in range(max(1, int(times))):
+            g.replay()
         end.record()
         end.synchronize()
         return float(start.elapsed_time(end))

@@ -29,6 +29,9 @@ on them: n x [L2 flush, call(set i % P)] (ksearch.eval.clocks.gputime). Each tim
 seeds; the harness generates those inputs into the sets, replays the graph, and copies each set's last
 outputs into the slots. GPU time = (window - judge-measured input generation - [protocol + output fetch]
 as the judge's stand-in pays them in a process spawned as a candidate's - n x judge-measured flush) / n. Call latency: the same with n eager calls and one synchronisation, no flushes.
+Windows are sized so that what is subtracted is at most OVERHEAD_SHARE of them: a graph keeps every call's
+outputs alive, so where outputs are large (a long prefill) its n is bounded by memory and the window replays
+it R times (n x R calls).
 Before a graph is the clock, the judge checks that it holds the work: the capture's kernel counts (n calls
 recorded as many kernels as n separate calls would) and a first replay on fresh inputs that must produce
 their outputs. A graph that fails either (a kernel launching on a stream of its own records nothing)
@@ -83,8 +86,16 @@ from ksearch.task import Task, Workload, load_task
 
 GRAPH_TARGET_MS = 25.0          # GPU time of calls per graph replay: long next to the judge's clock jitter
 EAGER_TARGET_MS = 25.0
-REVEAL_SHARE = 0.05             # generating a window's fresh inputs is at most this share of the window
-MAX_WINDOW_CALLS = 2000         # calls per timed window (graph nodes, eager loop)
+#: What the judge subtracts from a window (its own measured input generation, protocol and output fetch) is
+#: sized to be at most this share of it. Those costs are measured in other processes than the candidate's and
+#: differ from its own by ~10-20%: on an MLA prefill window of 63 calls (36 ms) beside 130 ms of them, that
+#: difference made a 575 µs kernel 870 µs, and on a 1024-token batch it left less than nothing, an honest kernel
+#: failed as faster than physics (H100, session 18). Long windows make it a small share of the calls.
+OVERHEAD_SHARE = 0.1
+MAX_WINDOW_CALLS = 2000         # calls per graph capture or eager loop
+MAX_REPLAYS = 64                # replays of one captured graph in a window
+MAX_CALLS_MS = 2500.0           # GPU time of calls a window is sized for, at most
+MAX_WINDOW_MS = 4000.0          # a window's length on the judge's clock, at most (its replays bounded by a probe)
 TIMING_SETS = 3                 # input sets the timed calls rotate over (fewer when memory is short)
 TIMING_SET_BYTES = 6 << 30      # memory the timing sets of one workload may take
 CROSS_CHECK_TOLERANCE = 0.25    # candidate's own event time vs the judge's clock
@@ -601,18 +612,36 @@ class Judge:
         by a workload)."""
         return [torch.empty_like(r) for r in self.reference(w, seed)]
 
-    def _calls(self, w: Workload, per_call_ms: float, target_ms: float, costs: TrustedCosts, lo: int) -> int:
-        """Calls in one window: enough for `target_ms`, and for the input generation to be a small share."""
+    @staticmethod
+    def _target_ms(target_ms: float, costs: TrustedCosts) -> float:
+        """GPU time of calls a window should hold: `target_ms`, and enough for what the judge subtracts (its
+        own measured input generation and protocol) to be at most OVERHEAD_SHARE of the window."""
+        fixed = costs.reveal_ms + costs.protocol_ms
+        return min(MAX_CALLS_MS, max(target_ms, fixed * (1 - OVERHEAD_SHARE) / OVERHEAD_SHARE))
+
+    def _calls(self, w: Workload, per_call_ms: float, target_ms: float, costs: TrustedCosts, lo: int,
+               graph: bool = True) -> int:
+        """Calls in one graph capture or eager loop: enough for `_target_ms`; a graph's bounded by the memory its
+        calls' outputs hold (the rest of its window comes from replaying it, `_replays`)."""
         from ksearch.eval.clocks.gputime import iterations_for
 
         n_sets = self.timing_sets(w)
-        target = max(target_ms, costs.reveal_ms / REVEAL_SHARE)
-        n = iterations_for(target, per_call_ms, lo=max(lo, n_sets), hi=MAX_WINDOW_CALLS,
-                           out_bytes=self.output_bytes(w))
+        n = iterations_for(self._target_ms(target_ms, costs), per_call_ms, lo=max(lo, n_sets), hi=MAX_WINDOW_CALLS,
+                           out_bytes=self.output_bytes(w) if graph else 0)
         return n - n % n_sets + n_sets if n % n_sets else n
 
-    def window(self, c: _Cand, w: Workload, mode: str, n: int, probe: bool = False) -> _Window | None:
+    def _replays(self, n: int, per_call_ms: float, probe_ms: float, costs: TrustedCosts) -> int:
+        """Replays of a captured graph of n calls per window: enough for `_target_ms` of calls, and no more than
+        keep the window under MAX_WINDOW_MS by the probe window's length (a trusted upper bound of one replay
+        with its window's costs)."""
+        want = math.ceil(self._target_ms(GRAPH_TARGET_MS, costs) / max(n * per_call_ms, 1e-6))
+        bound = max(1, int(MAX_WINDOW_MS // max(probe_ms, 1e-6)))
+        return max(1, min(MAX_REPLAYS, want, bound))
+
+    def window(self, c: _Cand, w: Workload, mode: str, n: int, probe: bool = False,
+               replays: int = 1) -> _Window | None:
         """One timed window on P fresh input sets, every set's outputs verified (None: the candidate failed).
+        A graph window replays the captured graph of n calls `replays` times.
 
         A `probe` whose outputs are not those of the revealed inputs is reported as stale rather than failed:
         the graph did not hold the work, and the caller times the kernel another way."""
@@ -628,8 +657,10 @@ class Judge:
         with exchange.SharedCall(layout) as shared:
             # A window is the GPU-time clock: the GPU is kept busy long enough before it for its clocks to be
             # back at speed (gputime.WAKE_MS), as when the judge measured its own costs (`_reveal_ms`).
-            header, outs, ms, _, clock = self.timed(c, {"op": "window", "mode": mode, "seeds": seeds, "n": n,
-                                                     "layout": layout}, shared, wake_ms=WAKE_MS)
+            request = {"op": "window", "mode": mode, "seeds": seeds, "n": n, "layout": layout}
+            if mode == "graph" and replays > 1:
+                request["replays"] = replays
+            header, outs, ms, _, clock = self.timed(c, request, shared, wake_ms=WAKE_MS)
         if not self.expect_ok(c, header, w.name):
             return None
         k = len(self.names)
@@ -697,34 +728,41 @@ class Judge:
                 why = self._capture(c, w, n)
                 if why is None:
                     return
+                if not why:
+                    judged = per_call_ms(self._probe.ms, n,  # type: ignore[union-attr]  # the new graph's probe
+                                         costs.besides_calls(n, costs.flush_ms))
         row = c.row(w.name)
         gpu: list[float] = []
         claimed: list[float] = []
+        replays = 1
         if not why:
             method, mode, per_call_extra = TimingMethod.cuda_graph, "graph", costs.flush_ms
+            replays = self._replays(n, max(judged, 1e-4) + per_call_extra,
+                                    self._probe.ms, costs)  # type: ignore[union-attr]  # set when _capture returns ""
         else:
             method, mode, per_call_extra = TimingMethod.eager_sync, "eager_sync", costs.flush_sync_ms
             row.message = f"GPU time from the judge's clock around synchronised eager calls: {why}"
-            n = self._calls(w, est + costs.flush_sync_ms, GRAPH_TARGET_MS, costs, n_sets)
+            n = self._calls(w, est + costs.flush_sync_ms, GRAPH_TARGET_MS, costs, n_sets, graph=False)
             first = self.window(c, w, mode, n)           # a warm-up that also tells how long a call takes
             if first is None:
                 return
             judged = per_call_ms(first.ms, n, costs.besides_calls(n, per_call_extra))
-            n = self._calls(w, max(judged, 1e-4) + per_call_extra, GRAPH_TARGET_MS, costs, n_sets)
+            n = self._calls(w, max(judged, 1e-4) + per_call_extra, GRAPH_TARGET_MS, costs, n_sets, graph=False)
+        calls = n * replays
 
         def rounds(count: int) -> bool:
             for _ in range(count):
-                got = self.window(c, w, mode, n)
+                got = self.window(c, w, mode, n, replays=replays)
                 if got is None:
                     return False
-                gpu.append(per_call_ms(got.ms, n, costs.besides_calls(n, per_call_extra)))
+                gpu.append(per_call_ms(got.ms, calls, costs.besides_calls(calls, per_call_extra)))
                 parts = window_stamps.breakdown(got.clock_ms, got.header.get("stamps_ms"),
-                                                got.header.get("inputs_split_ms"), calls=n, mode=mode)
+                                                got.header.get("inputs_split_ms"), calls=calls, mode=mode)
                 c.window_parts[w.name] = window_stamps.extremes(c.window_parts.get(w.name, []), parts)
-                _log_window(w.name, got, parts, n)
+                _log_window(w.name, got, parts, calls)
                 event = window_stamps.finite_number(got.header.get("event_ms"))
                 if event is not None:
-                    claimed.append(per_call_ms(event, n, n * costs.flush_ms))
+                    claimed.append(per_call_ms(event, calls, calls * costs.flush_ms))
             return True
 
         # Measured twice (two halves of the rounds); halves that disagree beyond the spread are re-measured
@@ -741,7 +779,7 @@ class Judge:
         if not job.call_latency and job.metric == Metric.gpu_time:
             self.record(c, w, gpu, [], method, claimed)        # a confirmation that needs only the score's clock
             return
-        n_eager = self._calls(w, max(statistics.median(gpu), 0.005), EAGER_TARGET_MS, costs, n_sets)
+        n_eager = self._calls(w, max(statistics.median(gpu), 0.005), EAGER_TARGET_MS, costs, n_sets, graph=False)
         lat: list[float] = []
         for _ in range(max(1, job.trials)):
             got = self.window(c, w, "eager", n_eager)
