@@ -43,7 +43,7 @@ def timed(monkeypatch):
     """The timing function, faked: instant, fixed rounds, every call counted (warm-up, trials)."""
     calls: list[tuple[int, int]] = []
 
-    def fake(call, device, warmup, trials):
+    def fake(call, device, warmup, trials, slow_ms=None):
         calls.append((warmup, trials))
         return {Metric.call_latency: [1.0, 1.2, 0.9]}, TimingMethod.wall_clock_cpu
 
