@@ -4,6 +4,7 @@ this covers the decisions that do not need one: which clock a kernel gets, what 
 window's outputs are verified and that a window's size is the judge's choice, not the candidate's."""
 
 import contextlib
+import math
 import os
 import socket
 import threading
@@ -493,3 +494,17 @@ def test_the_stand_ins_echo_fetches_outputs_into_the_slots_only_when_asked(task,
             assert header.get("ok"), header
             assert outs and all(bool((o == 0).all()) if fetch else bool(o.float().isnan().all())
                                 for o in outs if o.is_floating_point()), outs
+
+
+def test_replays_are_as_many_as_the_costs_need_and_bounded_by_the_probe_window(gpu_judge):
+    j, _ = gpu_judge(Script())
+    heavy = TrustedCosts(reveal_ms=10.0, flush_ms=0.02, flush_sync_ms=0.05, protocol_ms=500.0)
+    # 2.5 s of calls wanted (the cap), 12 ms per replay: bounded by MAX_REPLAYS, or by a long probe window
+    assert j._replays(6, 2.0, 10.0, heavy) == judge_module.MAX_REPLAYS
+    assert j._replays(6, 2.0, 600.0, heavy) == int(judge_module.MAX_WINDOW_MS // 600.0)
+    # a graph that already holds enough calls is replayed once
+    assert j._replays(1000, 0.05, 60.0, COSTS) == 1
+    # the share: a 30 ms overhead wants 270 ms of calls, 12 ms per replay -> 23 replays
+    mid = TrustedCosts(reveal_ms=10.0, flush_ms=0.02, flush_sync_ms=0.05, protocol_ms=20.0)
+    share = judge_module.OVERHEAD_SHARE
+    assert j._replays(6, 2.0, 50.0, mid) == math.ceil(30.0 * (1 - share) / share / 12.0)
