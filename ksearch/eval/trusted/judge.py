@@ -698,6 +698,11 @@ class Judge:
             self._probe = probe
         return why
 
+    def _probed_per_call(self, n: int, costs: TrustedCosts) -> float:
+        """GPU time per call by the judge's clock around the probe of the graph of n calls just captured."""
+        assert self._probe is not None      # set whenever _capture returns ""
+        return per_call_ms(self._probe.ms, n, costs.besides_calls(n, costs.flush_ms))
+
     def time_gpu(self, c: _Cand, w: Workload) -> None:
         """GPU time and call latency, each from the judge's clock around windows on fresh inputs, all verified.
 
@@ -713,15 +718,15 @@ class Judge:
         if not self.expect_ok(c, header, w.name):
             return
         est = max(float(header.get("est_ms") or 0.01), 1e-4)
-        # ~25 ms of calls per window, however long one call is: a fixed count of calls made a 50 ms prefill
-        # call cost 2.5 s per replay for no better a median (issue 20).
+        # Calls per window by time, however long one call is (~25 ms, more where the judge's own costs are large:
+        # `_target_ms`): a fixed count of calls made a 50 ms prefill call cost 2.5 s per replay for no better a
+        # median (issue 20).
         n = self._calls(w, est, GRAPH_TARGET_MS, costs, 1)
         why = self._capture(c, w, n)
         if why is None:
             return
         if not why:
-            judged = per_call_ms(self._probe.ms, n,  # type: ignore[union-attr]  # set when _capture returns ""
-                                 costs.besides_calls(n, costs.flush_ms))
+            judged = self._probed_per_call(n, costs)
             need = self._calls(w, max(judged, 1e-4), GRAPH_TARGET_MS, costs, 1)
             if need > 1.5 * n:
                 n = need
@@ -729,8 +734,7 @@ class Judge:
                 if why is None:
                     return
                 if not why:
-                    judged = per_call_ms(self._probe.ms, n,  # type: ignore[union-attr]  # the new graph's probe
-                                         costs.besides_calls(n, costs.flush_ms))
+                    judged = self._probed_per_call(n, costs)        # the new graph's probe
         row = c.row(w.name)
         gpu: list[float] = []
         claimed: list[float] = []
