@@ -142,6 +142,21 @@ def test_prefill_reference_query_chunks_match_float64_loop(monkeypatch):
     _assert_close_to_f64(ref(**inp), _prefill64(inp))
 
 
+def _count_logits(monkeypatch) -> list[int]:
+    """The element counts of every q.k product ([.., C, Lk] logits) torch.einsum computes from now on."""
+    logits: list[int] = []
+    einsum = torch.einsum
+
+    def counting(eq, *ops):
+        out = einsum(eq, *ops)
+        if eq.endswith("l") and "l" in eq.split(",")[1]:        # the q.k products: [.., C, Lk] logits
+            logits.append(out.numel())
+        return out
+
+    monkeypatch.setattr(torch, "einsum", counting)
+    return logits
+
+
 def test_prefill_reference_chunks_compute_only_the_keys_their_queries_see(monkeypatch):
     # The judge computes a reference for every input set of every timed window: a chunk of queries leaves out
     # the keys past its last query (half the work of a fresh prefill), and the result is the same.
@@ -149,16 +164,7 @@ def test_prefill_reference_chunks_compute_only_the_keys_their_queries_see(monkey
     ref = _tasks[PREFILL].reference
     per_query = 16 * (30 + 512 + 64 + 512) * 4
     monkeypatch.setitem(inspect.unwrap(ref).__globals__, "CHUNK_BYTES", 4 * per_query)     # chunks of 4 queries
-    logits = []
-    einsum = torch.einsum
-
-    def counting(eq, *ops):
-        out = einsum(eq, *ops)
-        if eq.endswith("l") and "l" in eq.split(",")[1]:
-            logits.append(out.numel())
-        return out
-
-    monkeypatch.setattr(torch, "einsum", counting)
+    logits = _count_logits(monkeypatch)
     got = ref(**inp)
     # sequence 0 (no prefix): chunks [0,4) [4,8) [8,12) see 4, 8, 12 keys; sequence 1 (prefix 25): [0,4) 29, [4,5) 30
     seen = 4 * 4 + 4 * 8 + 4 * 12 + 4 * 29 + 1 * 30
@@ -170,16 +176,7 @@ def test_prefill_reference_does_not_pad_a_ragged_batch(monkeypatch):
     # The judge computes the reference for every timed input set: a long chunk beside short sequences must
     # cost its own logits only, not the batch padded to the longest sequence.
     inp = _prefill_inputs([20, 1, 3], [20, 200, 9], num_pages=260)
-    logits = []
-    einsum = torch.einsum
-
-    def counting(eq, *ops):
-        out = einsum(eq, *ops)
-        if eq.endswith("l") and "l" in eq.split(",")[1]:        # the q.k products: [.., C, Lk] logits
-            logits.append(out.numel())
-        return out
-
-    monkeypatch.setattr(torch, "einsum", counting)
+    logits = _count_logits(monkeypatch)
     got = _tasks[PREFILL].reference(**inp)
     assert sum(logits) == 2 * 16 * (20 * 20 + 1 * 200 + 3 * 9)          # ckv and kpe parts, per sequence
     _assert_close_to_f64(got, _prefill64(inp))
