@@ -230,6 +230,25 @@ def test_a_graph_bounded_by_its_outputs_memory_is_replayed_until_the_subtracted_
     assert script.per_call_ms * 0.9 < row.gpu_time_ms < script.per_call_ms * 1.5, row.gpu_time_ms
 
 
+def test_a_few_microsecond_kernel_is_timed_in_graphs_no_longer_than_the_baselines(gpu_judge, workloads):
+    """The same work costs more per call in a longer graph (H100, session 20: n x [flush, 2 MiB copy] 35.9 us a
+    call up to n = 500, 36.6 us from 1000): a candidate's graphs hold no more calls than the baselines' (whose
+    graphs come from iterations_for's default bound), and its window reaches its length by replays."""
+    w = workloads[0]
+    script = Script(per_call_ms=0.005, est_ms=0.005)
+    j, c = gpu_judge(script)
+    status, row = _timed(j, c, w)
+    assert status == Status.PASSED, c.report.summary()
+    graph = [r for op, r in script.log if op == "window" and r["mode"] == "graph"]
+    cap = gputime.GRAPH_MAX_CALLS
+    assert gputime.iterations_for(25.0, 0.001) == cap           # the baselines' bound (baselines.time_subject)
+    assert all(r["n"] <= cap + j.timing_sets(w) for r in graph), [r["n"] for r in graph]
+    timed = graph[-1]
+    share = judge_module.OVERHEAD_SHARE
+    calls_ms = timed["n"] * timed.get("replays", 1) * (script.per_call_ms + COSTS.flush_ms)
+    assert timed.get("replays", 1) > 1 and calls_ms >= COSTS.reveal_ms * (1 - share) / share * 0.9, timed
+
+
 def test_counts_that_miss_calls_send_the_kernel_to_the_judges_eager_clock(gpu_judge, workloads):
     w = workloads[0]
     script = Script(kernels={"call_graph": 60, "flush_graph": 50, "one_call": 2})

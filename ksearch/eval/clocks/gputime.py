@@ -420,7 +420,16 @@ def cupti_times(call: Callable[[int], Any], n_sets: int, n: int) -> list[float]:
     return [(hi - lo) / 1e3 for _, (lo, hi) in sorted(spans.items())]
 
 
-def iterations_for(target_ms: float, per_call_ms: float, lo: int = 3, hi: int = 500,
+#: Calls one timing graph holds at most, for the baselines and the judge's windows alike (a window longer than
+#: that replays its graph). The same work costs a different time per call in a longer graph: on an H100
+#: (2026-12-06, benchmarks/h100-2026-12-06/s20) n x [L2 flush, 2 MiB copy] took 35.9 us a call up to n = 500 and
+#: 36.6 us from n = 1000 on, while n x [flush] and n x [copy] alone stayed flat. The baselines were timed in graphs
+#: of at most 500 calls and candidates in graphs of up to 2000: a few-us kernel paid ~0.7 us a call (~10%) that
+#: FlashInfer did not; session 18's self-check read one kernel 6.9% apart in graphs of 1617 and 2001 calls.
+GRAPH_MAX_CALLS = 500
+
+
+def iterations_for(target_ms: float, per_call_ms: float, lo: int = 3, hi: int = GRAPH_MAX_CALLS,
                    out_bytes: int = 0, memory_cap: int = 4 << 30) -> int:
     """How many calls one graph holds: enough for `target_ms` of GPU time, bounded by outputs' memory."""
     n = int(target_ms / max(per_call_ms, 1e-4))

@@ -92,7 +92,7 @@ EAGER_TARGET_MS = 25.0
 #: difference made a 575 µs kernel 870 µs, and on a 1024-token batch it left less than nothing, an honest kernel
 #: failed as faster than physics (H100, session 18). Long windows make it a small share of the calls.
 OVERHEAD_SHARE = 0.1
-MAX_WINDOW_CALLS = 2000         # calls per graph capture or eager loop
+MAX_EAGER_CALLS = 2000          # calls per eager loop (a graph holds at most gputime.GRAPH_MAX_CALLS, then replays)
 MAX_REPLAYS = 64                # replays of one captured graph in a window
 MAX_CALLS_MS = 2500.0           # GPU time of calls a window is sized for, at most
 MAX_WINDOW_MS = 4000.0          # a window's length on the judge's clock, at most (its replays bounded by a probe)
@@ -623,10 +623,11 @@ class Judge:
                graph: bool = True) -> int:
         """Calls in one graph capture or eager loop: enough for `_target_ms`; a graph's bounded by the memory its
         calls' outputs hold (the rest of its window comes from replaying it, `_replays`)."""
-        from ksearch.eval.clocks.gputime import iterations_for
+        from ksearch.eval.clocks.gputime import GRAPH_MAX_CALLS, iterations_for
 
         n_sets = self.timing_sets(w)
-        n = iterations_for(self._target_ms(target_ms, costs), per_call_ms, lo=max(lo, n_sets), hi=MAX_WINDOW_CALLS,
+        n = iterations_for(self._target_ms(target_ms, costs), per_call_ms, lo=max(lo, n_sets),
+                           hi=GRAPH_MAX_CALLS if graph else MAX_EAGER_CALLS,
                            out_bytes=self.output_bytes(w) if graph else 0)
         return n - n % n_sets + n_sets if n % n_sets else n
 
