@@ -35,7 +35,9 @@ _catalogs = {name: load_catalog(t.strategies_dir, name) for name, t in _tasks.it
 KNOBS = {
     GQA: [{}, {"BLOCK_N": 16, "MIN_CHUNK": 16, "PROGRAMS_PER_SM": 8, "NUM_WARPS": 2, "MERGE": "last_program"},
           {"BLOCK_N": 128, "MIN_CHUNK": 256, "PROGRAMS_PER_SM": 1, "NUM_WARPS": 8, "CACHED_LAUNCH": False,
-           "MERGE_SPLIT": 2}],
+           "MERGE_SPLIT": 2},
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "WHOLE_SHORT": 2},
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "WHOLE_SHORT": 1, "MERGE": "last_program"}],
     MLA: [{}, {"BLOCK_N": 16, "MIN_CHUNK": 16, "VALUE_SPLIT": 4, "MERGE_HEADS": 16, "MERGE_SPLIT": 8},
           {"BLOCK_N": 64, "MIN_CHUNK": 32, "VALUE_SPLIT": 2, "MERGE": "last_program", "NUM_WARPS": 8},
           # short sequences whole, long ones cut: with the merge kernel, and merged by the last program
@@ -171,10 +173,11 @@ def shuffled_programs(monkeypatch):
 @pytest.mark.parametrize("task,knobs", [
     (GQA, {"MERGE": "last_program", "MIN_CHUNK": 16, "BLOCK_N": 16}),
     (GQA, {"MIN_CHUNK": 16, "BLOCK_N": 16}),
+    (GQA, {"MERGE": "last_program", "WHOLE_SHORT": 2, "MIN_CHUNK": 16, "BLOCK_N": 16}),
     (MLA, {"MERGE": "last_program", "VALUE_SPLIT": 2, "MIN_CHUNK": 16, "BLOCK_N": 16}),
     (MLA, {"MERGE": "last_program", "VALUE_SPLIT": 1, "MIN_CHUNK": 32, "BLOCK_N": 16}),
     (MLA, {"MERGE": "last_program", "WHOLE_SHORT": 2, "MIN_CHUNK": 16, "BLOCK_N": 16}),
-], ids=["gqa-last", "gqa-kernel", "mla-last-split2", "mla-last", "mla-last-whole-short"])
+], ids=["gqa-last", "gqa-kernel", "gqa-last-whole-short", "mla-last-split2", "mla-last", "mla-last-whole-short"])
 def test_any_program_order_gives_the_same_answer(task, knobs, shuffled_programs):
     lens = [300, 0, 9, 40, 3, 0, 31, 120]
     run = _module(task, knobs, 32)
@@ -352,13 +355,14 @@ def test_kernels_compile_for_sm90a():
     """The interpreter cannot catch GPU-only failures (loop-carried types, layouts, shared memory)."""
 
     jobs = [(GQA, {}), (GQA, {"BLOCK_N": 128, "NUM_WARPS": 8, "NUM_STAGES": 4, "MERGE": "last_program"}),
+            (GQA, {"WHOLE_SHORT": 1}),
             (MLA, {}), (MLA, {"BLOCK_N": 64, "VALUE_SPLIT": 2, "NUM_WARPS": 8, "NUM_STAGES": 3,
                               "MERGE": "last_program"}), (MLA, {"WHOLE_SHORT": 2})]
     proc = run_compiled(["-c", _AOT, json.dumps(jobs)], timeout=300)
     skip_without_ptxas(proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     kernels = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(kernels) == 2 + 1 + 2 + 1 + 2       # chunk and merge kernels; with last_program no merge kernel
+    assert len(kernels) == 2 + 1 + 2 + 2 + 1 + 2   # chunk and merge kernels; with last_program no merge kernel
     for k in kernels:
         assert k["shared"] <= 232448, k
 
