@@ -60,8 +60,9 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         # defaults: PROGRAMS_PER_SM 2 with MERGE_SPLIT 4 since the H100 sweep of session 14 (the one-pass
         # merge: 1.04x/0.92x geomean/worst, against 0.92x/0.71x with PROGRAMS_PER_SM 8, kept below)
         {},
-        # session 20: short sequences whole (256 x 2048 tokens: 0.94x under the judge with every sequence cut in two)
-        {"WHOLE_SHORT": 1}, {"WHOLE_SHORT": 2},
+        # session 20: short sequences whole (256 x 2048 tokens: 0.94x under the judge with every sequence cut in two);
+        # session 21: the merge grid fitted to the batch (256 x 4 x 4 merge programs at batch 256 otherwise)
+        {"WHOLE_SHORT": 1}, {"MERGE_FIT": True}, {"MERGE_FIT": True, "WHOLE_SHORT": 1}, {"WHOLE_SHORT": 2},
         {"PROGRAMS_PER_SM": 2, "MERGE_SPLIT": 1}, {"PROGRAMS_PER_SM": 8}, {"PROGRAMS_PER_SM": 4},
         {"MERGE_SPLIT": 2}, {"MERGE_SPLIT": 1}, {"BLOCK_N": 32, "MIN_CHUNK": 32}, {"BLOCK_N": 128, "NUM_WARPS": 8},
         {"BLOCK_N": 128, "NUM_WARPS": 8, "PROGRAMS_PER_SM": 1}, {"MIN_CHUNK": 128}, {"MIN_CHUNK": 256},
@@ -71,8 +72,10 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         # defaults: MERGE_SPLIT 8 with NUM_STAGES 3 since the H100 sweep of 2026-12-06 (0.97 / 0.77x geomean /
         # worst against 0.71 / 0.48 at MERGE_SPLIT 1, NUM_STAGES 2, kept below as the control)
         {},
-        # session 20: short sequences whole (256 x 512 tokens: 0.54x under the judge, every sequence cut in two)
-        {"WHOLE_SHORT": 1}, {"WHOLE_SHORT": 2}, {"WHOLE_SHORT": 2, "MERGE": "last_program"},
+        # session 20: short sequences whole (256 x 512 tokens: 0.54x under the judge, every sequence cut in two);
+        # session 21: the merge grid fitted to the batch (256 x 4 x 8 merge programs at batch 256 otherwise)
+        {"WHOLE_SHORT": 1}, {"MERGE_FIT": True}, {"MERGE_FIT": True, "WHOLE_SHORT": 1},
+        {"WHOLE_SHORT": 2}, {"WHOLE_SHORT": 2, "MERGE": "last_program"},
         {"MERGE_SPLIT": 1, "NUM_STAGES": 2}, {"NUM_STAGES": 2}, {"MERGE_SPLIT": 4},
         {"MIN_CHUNK": 128}, {"MIN_CHUNK": 256}, {"MIN_CHUNK": 32},
         {"BLOCK_N": 64}, {"BLOCK_N": 64, "NUM_WARPS": 8}, {"BLOCK_N": 64, "NUM_STAGES": 2}, {"NUM_WARPS": 8},

@@ -16,6 +16,7 @@ from tests.compiled_process import run_compiled, skip_without_ptxas
 prepare_interpreter()  # before anything imports a Triton kernel
 
 import json
+import math
 
 import pytest
 import torch
@@ -37,12 +38,16 @@ KNOBS = {
           {"BLOCK_N": 128, "MIN_CHUNK": 256, "PROGRAMS_PER_SM": 1, "NUM_WARPS": 8, "CACHED_LAUNCH": False,
            "MERGE_SPLIT": 2},
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "WHOLE_SHORT": 2},
-          {"BLOCK_N": 16, "MIN_CHUNK": 16, "WHOLE_SHORT": 1, "MERGE": "last_program"}],
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "WHOLE_SHORT": 1, "MERGE": "last_program"},
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "MERGE_FIT": True, "WHOLE_SHORT": 1}],
     MLA: [{}, {"BLOCK_N": 16, "MIN_CHUNK": 16, "VALUE_SPLIT": 4, "MERGE_HEADS": 16, "MERGE_SPLIT": 8},
           {"BLOCK_N": 64, "MIN_CHUNK": 32, "VALUE_SPLIT": 2, "MERGE": "last_program", "NUM_WARPS": 8},
           # short sequences whole, long ones cut: with the merge kernel, and merged by the last program
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "WHOLE_SHORT": 2},
-          {"BLOCK_N": 16, "MIN_CHUNK": 16, "WHOLE_SHORT": 1, "MERGE": "last_program", "VALUE_SPLIT": 2}],
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "WHOLE_SHORT": 1, "MERGE": "last_program", "VALUE_SPLIT": 2},
+          # the merge grid fitted to the batch (fewer column slices on the many-sequence cases)
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "MERGE_FIT": True},
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "MERGE_FIT": True, "WHOLE_SHORT": 1, "MERGE_HEADS": 16}],
 }
 
 # (name, kv lengths, SM count the plan sees). With 32 SMs the chunks are a few dozen tokens long, so
@@ -125,11 +130,26 @@ def test_a_merge_split_over_the_head_dimension_matches_the_reference(split):
         assert res.passed, f"{name} {knobs}: {res.status} {res.message}"
 
 
+@pytest.mark.parametrize("task,blocks,most", [(GQA, 4, 4), (MLA, 4, 8)])
+def test_a_fitted_merge_grid_takes_fewer_slices_for_a_large_batch(task, blocks, most):
+    """MERGE_FIT: at batch 256 on 132 SMs one slice per (sequence, head block) already gives 4 programs per SM,
+    so the merge grid is 256 x blocks, not 256 x blocks x MERGE_SPLIT; a batch of 16 keeps every slice."""
+    fitted, fixed = _module(task, {"MERGE_FIT": True}, 132), _module(task, {}, 132)
+    for batch, split in [(256, 1), (128, 2), (16, most), (1, most)]:
+        total = batch * 512
+        grid = fitted.__globals__["_plan"](torch.device("cpu"), batch, total)[2]
+        assert math.prod(grid) == batch * blocks * split, (batch, grid)
+        assert math.prod(fixed.__globals__["_plan"](torch.device("cpu"), batch, total)[2]) == batch * blocks * most
+
+
 def _ragged_plan(task, knobs):
     """(chunk length, kv lengths, the merge kernel's partials per step) of the ragged case under these knobs."""
     _, lens, sms = CASES[0]
     g = _module(task, knobs, sms).__globals__
-    return g["_plan"](torch.device("cpu"), len(lens), sum(lens))[0], lens, g["MERGE_SLOTS"]
+    plan = g["_plan"](torch.device("cpu"), len(lens), sum(lens))
+    # MLA's merge constants come with the plan (its column split may fit the batch); GQA's are global
+    slots = plan[6][0]["MERGE_SLOTS"] if task == MLA else g["MERGE_SLOTS"]
+    return plan[0], lens, slots
 
 
 @pytest.mark.parametrize("task,knobs", _params())
@@ -357,12 +377,13 @@ def test_kernels_compile_for_sm90a():
     jobs = [(GQA, {}), (GQA, {"BLOCK_N": 128, "NUM_WARPS": 8, "NUM_STAGES": 4, "MERGE": "last_program"}),
             (GQA, {"WHOLE_SHORT": 1}),
             (MLA, {}), (MLA, {"BLOCK_N": 64, "VALUE_SPLIT": 2, "NUM_WARPS": 8, "NUM_STAGES": 3,
-                              "MERGE": "last_program"}), (MLA, {"WHOLE_SHORT": 2})]
+                              "MERGE": "last_program"}), (MLA, {"WHOLE_SHORT": 2}),
+            (MLA, {"MERGE_FIT": True, "WHOLE_SHORT": 1})]
     proc = run_compiled(["-c", _AOT, json.dumps(jobs)], timeout=300)
     skip_without_ptxas(proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     kernels = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(kernels) == 2 + 1 + 2 + 2 + 1 + 2   # chunk and merge kernels; with last_program no merge kernel
+    assert len(kernels) == 2 + 1 + 2 + 2 + 1 + 2 + 2   # chunk and merge kernels; with last_program no merge kernel
     for k in kernels:
         assert k["shared"] <= 232448, k
 
