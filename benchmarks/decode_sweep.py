@@ -199,11 +199,17 @@ def make_workload(task, name: str, lens: list[int], dry: bool):
     return decode_workload_lens(name, lens, pages, float(task.workloads_module.SM_SCALE))
 
 
-def timing_shapes(task, dry: bool) -> list[tuple[str, list[int]]]:
+SHAPE_NAMES = [n for n, _ in UNIFORM] + ["ragged40_l30-180000"] + [n for n, _ in RAGGED_FIXED]
+
+
+def timing_shapes(task, dry: bool, only: list[str] | None = None) -> list[tuple[str, list[int]]]:
+    """The timing shapes, or those named in `only` (in the table's order)."""
     if dry:
-        return list(DRY_SHAPES)
-    ragged40 = next(w for w in task.workload_set("full") if w.name == RAGGED40)
-    return UNIFORM + [("ragged40_l30-180000", list(ragged40.params["kv_lens"]))] + RAGGED_FIXED
+        shapes = list(DRY_SHAPES)
+    else:
+        ragged40 = next(w for w in task.workload_set("full") if w.name == RAGGED40)
+        shapes = UNIFORM + [("ragged40_l30-180000", list(ragged40.params["kv_lens"]))] + RAGGED_FIXED
+    return [s for s in shapes if only is None or s[0] in only]
 
 
 def args_of(task, inputs: dict[str, Any]) -> list[Any]:
@@ -325,7 +331,7 @@ def _hbm_pct(kv_bytes: int, gpu_us: float | None) -> float | None:
 
 
 def sweep_task(task_name: str, variants: list[Variant], checks: dict[str, dict[str, Any]], dry: bool,
-               deadline: float, variant_cap_s: float, on_progress) -> TaskResult:
+               deadline: float, variant_cap_s: float, on_progress, only: list[str] | None = None) -> TaskResult:
     import torch
 
     from ksearch.task import load_task
@@ -344,7 +350,7 @@ def sweep_task(task_name: str, variants: list[Variant], checks: dict[str, dict[s
                 chk.update(status="failed", message=f"load: {type(e).__name__}: {e}"[:600])
     device = "cpu" if dry else "cuda"
     kv_bytes = KV_BYTES_PER_TOKEN[task_name]
-    for shape_name, lens in timing_shapes(task, dry):
+    for shape_name, lens in timing_shapes(task, dry, only):
         total = sum(lens)
         result.shapes.append({"name": shape_name, "batch": len(lens), "total_tokens": total,
                               "max_len": max(lens), "kv_bytes": total * kv_bytes})
@@ -485,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-variants", type=int, default=None, help="first N of each task's grid (dry default 2)")
     p.add_argument("--jobs", type=int, default=None,
                    help="check/compile processes (default: 1 with --dry, else min(12, CPUs))")
+    p.add_argument("--shapes", default=None,
+                   help="comma list of timing shapes to time (default all): " + ", ".join(SHAPE_NAMES))
     p.add_argument("--extra", action="append", default=[], metavar="TASK=FILE",
                    help="also sweep this solution file (e.g. a run's best/solution.py)")
     args = p.parse_args(argv)
@@ -495,6 +503,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"decode_sweep: --tasks takes a comma list of gqa, mla; got {args.tasks!r}", file=sys.stderr)
         return 2
     tasks = [wanted[n] for n in dict.fromkeys(names)]
+    only = [x.strip() for x in args.shapes.split(",") if x.strip()] if args.shapes else None
+    known = [n for n, _ in DRY_SHAPES] if args.dry else SHAPE_NAMES
+    if only is not None and (not only or any(n not in known for n in only)):
+        print(f"decode_sweep: --shapes takes a comma list of {', '.join(known)}; got {args.shapes!r}", file=sys.stderr)
+        return 2
     try:
         extra = parse_extra(args.extra)
     except ValueError as e:
@@ -532,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for i, t in enumerate(tasks):
         share = (deadline - time.monotonic()) / (len(tasks) - i)
-        res = sweep_task(t, all_variants[t], checks, args.dry, time.monotonic() + share, args.variant_cap_s, write)
+        res = sweep_task(t, all_variants[t], checks, args.dry, time.monotonic() + share, args.variant_cap_s, write, only)
         write(res)
         texts.append(render(res, label))
         print(texts[-1], flush=True)

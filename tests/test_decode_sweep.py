@@ -58,7 +58,16 @@ def test_full_grid_uses_catalog_values_and_fits_one_device_call():
         assert {v.family for v in vs} == {f.name for f in cat.families}
 
 
-@pytest.mark.parametrize("argv", [["--tasks", "gqa,xyz"], ["--extra", "nope=/does/not/exist"]])
+def test_shapes_picks_the_timing_shapes(tmp_path):
+    out = tmp_path / "out"
+    assert decode_sweep.main([str(out), "--dry", "--tasks", "mla", "--max-variants", "1", "--shapes", "b3_l20"]) == 0
+    res = json.loads((out / "decode_sweep.json").read_text())["tasks"][decode_sweep.MLA]
+    assert [s["name"] for s in res["shapes"]] == ["b3_l20"]
+    assert {r["shape"] for r in res["rows"]} == {"b3_l20"}
+
+
+@pytest.mark.parametrize("argv", [["--tasks", "gqa,xyz"], ["--extra", "nope=/does/not/exist"],
+                                  ["--shapes", "b3_l20,b9_l9"]])
 def test_bad_arguments_exit_2_with_one_line(tmp_path, argv, capsys):
     assert decode_sweep.main([str(tmp_path), "--dry", *argv]) == 2
     err = capsys.readouterr().err.strip()
