@@ -101,6 +101,7 @@ UNIFORM = [("b1_l546", [546]), ("b16_l1500", [1500] * 16), ("b64_l4096", [4096] 
            ("b256_l512", [512] * 256), ("b256_l2048", [2048] * 256)]
 RAGGED_FIXED = [("mix5_l50000", [50000, 10, 200, 3000, 77]), ("b3_l6000", [6000] * 3), ("b2_l24000", [24000] * 2)]
 RAGGED40 = "full_ragged40_l30-180000"
+RAGGED40_SHAPE = "ragged40_l30-180000"         # its name among the timing shapes
 DRY_SHAPES = [("b1_l40", [40]), ("b3_l20", [20] * 3), ("mix5_l50", [50, 0, 3, 17, 2])]
 CHECK_SHAPES_GPU = [("check_ragged", [700, 3, 0, 150, 1200, 9, 1]), ("check_b1_l546", [546])]
 CHECK_SHAPES_DRY = [("check_ragged", [60, 0, 7, 33, 5])]
@@ -199,7 +200,7 @@ def make_workload(task, name: str, lens: list[int], dry: bool):
     return decode_workload_lens(name, lens, pages, float(task.workloads_module.SM_SCALE))
 
 
-SHAPE_NAMES = [n for n, _ in UNIFORM] + ["ragged40_l30-180000"] + [n for n, _ in RAGGED_FIXED]
+SHAPE_NAMES = [n for n, _ in UNIFORM] + [RAGGED40_SHAPE] + [n for n, _ in RAGGED_FIXED]
 
 
 def timing_shapes(task, dry: bool, only: list[str] | None = None) -> list[tuple[str, list[int]]]:
@@ -208,7 +209,7 @@ def timing_shapes(task, dry: bool, only: list[str] | None = None) -> list[tuple[
         shapes = list(DRY_SHAPES)
     else:
         ragged40 = next(w for w in task.workload_set("full") if w.name == RAGGED40)
-        shapes = UNIFORM + [("ragged40_l30-180000", list(ragged40.params["kv_lens"]))] + RAGGED_FIXED
+        shapes = UNIFORM + [(RAGGED40_SHAPE, list(ragged40.params["kv_lens"]))] + RAGGED_FIXED
     return [s for s in shapes if only is None or s[0] in only]
 
 
