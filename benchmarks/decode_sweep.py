@@ -63,7 +63,7 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         # session 20: short sequences whole (256 x 2048 tokens: 0.94x under the judge with every sequence cut in two);
         # session 21: the merge grid fitted to the batch (256 x 4 x 4 merge programs at batch 256 otherwise)
         {"WHOLE_SHORT": 1}, {"MERGE_FIT": True}, {"MERGE_FIT": True, "WHOLE_SHORT": 1}, {"WHOLE_SHORT": 2},
-        {"PROGRAMS_PER_SM": 2, "MERGE_SPLIT": 1}, {"PROGRAMS_PER_SM": 8}, {"PROGRAMS_PER_SM": 4},
+        {"MERGE_FIT": True, "WHOLE_SHORT": 2}, {"PROGRAMS_PER_SM": 2, "MERGE_SPLIT": 1}, {"PROGRAMS_PER_SM": 8}, {"PROGRAMS_PER_SM": 4},
         {"MERGE_SPLIT": 2}, {"MERGE_SPLIT": 1}, {"BLOCK_N": 32, "MIN_CHUNK": 32}, {"BLOCK_N": 128, "NUM_WARPS": 8},
         {"BLOCK_N": 128, "NUM_WARPS": 8, "PROGRAMS_PER_SM": 1}, {"MIN_CHUNK": 128}, {"MIN_CHUNK": 256},
         {"NUM_STAGES": 3}, {"NUM_WARPS": 8}, {"MERGE": "last_program"}, {"CACHED_LAUNCH": False},
@@ -75,7 +75,7 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         # session 20: short sequences whole (256 x 512 tokens: 0.54x under the judge, every sequence cut in two);
         # session 21: the merge grid fitted to the batch (256 x 4 x 8 merge programs at batch 256 otherwise)
         {"WHOLE_SHORT": 1}, {"MERGE_FIT": True}, {"MERGE_FIT": True, "WHOLE_SHORT": 1},
-        {"WHOLE_SHORT": 2}, {"WHOLE_SHORT": 2, "MERGE": "last_program"},
+        {"WHOLE_SHORT": 2}, {"MERGE_FIT": True, "WHOLE_SHORT": 2},
         {"MERGE_SPLIT": 1, "NUM_STAGES": 2}, {"NUM_STAGES": 2}, {"MERGE_SPLIT": 4},
         {"MIN_CHUNK": 128}, {"MIN_CHUNK": 256}, {"MIN_CHUNK": 32},
         {"BLOCK_N": 64}, {"BLOCK_N": 64, "NUM_WARPS": 8}, {"BLOCK_N": 64, "NUM_STAGES": 2}, {"NUM_WARPS": 8},

@@ -134,7 +134,7 @@ def test_a_merge_split_over_the_head_dimension_matches_the_reference(split):
 def test_a_fitted_merge_grid_takes_fewer_slices_for_a_large_batch(task, blocks, most):
     """MERGE_FIT: at batch 256 on 132 SMs one slice per (sequence, head block) already gives 4 programs per SM,
     so the merge grid is 256 x blocks, not 256 x blocks x MERGE_SPLIT; a batch of 16 keeps every slice."""
-    fitted, fixed = _module(task, {"MERGE_FIT": True}, 132), _module(task, {}, 132)
+    fitted, fixed = _module(task, {"MERGE_FIT": True}, 132), _module(task, {"MERGE_FIT": False}, 132)
     for batch, split in [(256, 1), (128, 2), (16, most), (1, most)]:
         total = batch * 512
         grid = fitted.__globals__["_plan"](torch.device("cpu"), batch, total)[2]
