@@ -26,13 +26,14 @@ def test_history_reads_a_real_run(real_run):
     dispatched = sum(1 for e in h.evaluations if e.node_id == "dispatch")   # the final shape dispatch, if any
     assert len(h.evaluations) == 4 + dispatched and dispatched <= 1 and h.rounds == 4 and h.ended
     assert h.best.score == pytest.approx(best_json["score"]) and h.best.node_id == best_json["node_id"]
-    curve = [b for _, b in h.best_by_round()]
+    by_round = h.best_by_round()
+    curve = [b for _, b in by_round]
     assert curve[-1] == pytest.approx(h.best.score)
     # Each round's value is the score of the last best recorded by then. Not necessarily rising: a best replaced
     # on a paired re-measure, or by a shape dispatch that ties within noise, keeps its own (re-measured) score,
     # which on a busy CPU can sit below the score first recorded for the kernel it replaced (CI, session 22).
     bests = sorted(h.bests, key=lambda b: (b.round, b.seq))
-    for r, value in h.best_by_round():
+    for r, value in by_round:
         last = [b.score for b in bests if b.round <= r]
         assert value == (last[-1] if last else None), (r, value, last)
     assert h.usage.requests > 0 and h.usage.by_model == {"offline": h.usage.requests}
