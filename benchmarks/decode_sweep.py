@@ -62,8 +62,10 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         {},
         # session 20: short sequences whole (256 x 2048 tokens: 0.94x under the judge with every sequence cut in two);
         # session 21: the merge grid fitted to the batch (256 x 4 x 4 merge programs at batch 256 otherwise)
-        {"WHOLE_SHORT": 1}, {"MERGE_FIT": True}, {"MERGE_FIT": True, "WHOLE_SHORT": 1}, {"WHOLE_SHORT": 2},
-        {"MERGE_FIT": True, "WHOLE_SHORT": 2}, {"PROGRAMS_PER_SM": 2, "MERGE_SPLIT": 1}, {"PROGRAMS_PER_SM": 8}, {"PROGRAMS_PER_SM": 4},
+        # session 23: chunks aligned to the mean sequence (whole pieces of equal sequences, no program owning more)
+        {"CHUNK_ALIGN": True}, {"CHUNK_ALIGN": True, "MERGE_FIT": True}, {"MERGE_FIT": True}, {"WHOLE_SHORT": 1},
+        {"MERGE_FIT": True, "WHOLE_SHORT": 2}, {"MERGE_FIT": True, "WHOLE_SHORT": 1}, {"WHOLE_SHORT": 2},
+        {"PROGRAMS_PER_SM": 2, "MERGE_SPLIT": 1}, {"PROGRAMS_PER_SM": 8}, {"PROGRAMS_PER_SM": 4},
         {"MERGE_SPLIT": 2}, {"MERGE_SPLIT": 1}, {"BLOCK_N": 32, "MIN_CHUNK": 32}, {"BLOCK_N": 128, "NUM_WARPS": 8},
         {"BLOCK_N": 128, "NUM_WARPS": 8, "PROGRAMS_PER_SM": 1}, {"MIN_CHUNK": 128}, {"MIN_CHUNK": 256},
         {"NUM_STAGES": 3}, {"NUM_WARPS": 8}, {"MERGE": "last_program"}, {"CACHED_LAUNCH": False},
@@ -74,8 +76,10 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         {},
         # session 20: short sequences whole (256 x 512 tokens: 0.54x under the judge, every sequence cut in two);
         # session 21: the merge grid fitted to the batch (256 x 4 x 8 merge programs at batch 256 otherwise)
-        {"WHOLE_SHORT": 1}, {"MERGE_FIT": True}, {"MERGE_FIT": True, "WHOLE_SHORT": 1},
-        {"WHOLE_SHORT": 2}, {"MERGE_FIT": True, "WHOLE_SHORT": 2},
+        # session 22 made MERGE_FIT the default ({} below; False is the old control); session 23: chunks aligned
+        # to the mean sequence (whole pieces of equal sequences, no program owning more than its chunk)
+        {"CHUNK_ALIGN": True}, {"WHOLE_SHORT": 2}, {"MERGE_FIT": False}, {"WHOLE_SHORT": 1},
+        {"CHUNK_ALIGN": True, "PROGRAMS_PER_SM": 1},
         {"MERGE_SPLIT": 1, "NUM_STAGES": 2}, {"NUM_STAGES": 2}, {"MERGE_SPLIT": 4},
         {"MIN_CHUNK": 128}, {"MIN_CHUNK": 256}, {"MIN_CHUNK": 32},
         {"BLOCK_N": 64}, {"BLOCK_N": 64, "NUM_WARPS": 8}, {"BLOCK_N": 64, "NUM_STAGES": 2}, {"NUM_WARPS": 8},

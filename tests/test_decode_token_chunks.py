@@ -39,7 +39,8 @@ KNOBS = {
            "MERGE_SPLIT": 2},
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "WHOLE_SHORT": 2},
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "WHOLE_SHORT": 1, "MERGE": "last_program"},
-          {"BLOCK_N": 16, "MIN_CHUNK": 16, "MERGE_FIT": True, "WHOLE_SHORT": 1}],
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "MERGE_FIT": True, "WHOLE_SHORT": 1},
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "CHUNK_ALIGN": True}],
     MLA: [{}, {"BLOCK_N": 16, "MIN_CHUNK": 16, "VALUE_SPLIT": 4, "MERGE_HEADS": 16, "MERGE_SPLIT": 8},
           {"BLOCK_N": 64, "MIN_CHUNK": 32, "VALUE_SPLIT": 2, "MERGE": "last_program", "NUM_WARPS": 8},
           # short sequences whole, long ones cut: with the merge kernel, and merged by the last program
@@ -47,7 +48,9 @@ KNOBS = {
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "WHOLE_SHORT": 1, "MERGE": "last_program", "VALUE_SPLIT": 2},
           # the merge grid fitted to the batch (fewer column slices on the many-sequence cases)
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "MERGE_FIT": True},
-          {"BLOCK_N": 16, "MIN_CHUNK": 16, "MERGE_FIT": True, "WHOLE_SHORT": 1, "MERGE_HEADS": 16}],
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "MERGE_FIT": True, "WHOLE_SHORT": 1, "MERGE_HEADS": 16},
+          # chunks aligned to the mean sequence length
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "CHUNK_ALIGN": True, "MERGE": "last_program"}],
 }
 
 # (name, kv lengths, SM count the plan sees). With 32 SMs the chunks are a few dozen tokens long, so
@@ -140,6 +143,29 @@ def test_a_fitted_merge_grid_takes_fewer_slices_for_a_large_batch(task, blocks, 
         grid = fitted.__globals__["_plan"](torch.device("cpu"), batch, total)[2]
         assert math.prod(grid) == batch * blocks * split, (batch, grid)
         assert math.prod(fixed.__globals__["_plan"](torch.device("cpu"), batch, total)[2]) == batch * blocks * most
+
+
+@pytest.mark.parametrize("task", [GQA, MLA])
+def test_aligned_chunks_cut_equal_sequences_into_whole_pieces(task):
+    """CHUNK_ALIGN: on 132 SMs equal sequences are cut at their edges (MLA at 256 x 512 tokens: chunks of 512, one
+    sequence each, where the balanced ~500 cut nearly every one in two; GQA: 4 whole sequences per chunk), the
+    chunk within 0.8..1.25 of the balanced one; a total that is no multiple of the batch keeps it."""
+    aligned, plain = _module(task, {"CHUNK_ALIGN": True}, 132), _module(task, {"CHUNK_ALIGN": False}, 132)
+
+    def chunk(run, batch, total):
+        return run.__globals__["_plan"](torch.device("cpu"), batch, total)[0]
+
+    for batch, length in [(256, 512), (256, 2048), (128, 8192), (16, 1500), (1, 546), (64, 4000)]:
+        balanced, got = chunk(plain, batch, batch * length), chunk(aligned, batch, batch * length)
+        assert (length % got == 0 or got % length == 0) and 0.8 <= got / balanced <= 1.25, (batch, length, balanced, got)
+        assert got >= aligned.__globals__["MIN_CHUNK"]
+    if task == MLA:     # 264 chunks wanted: one sequence per chunk, two chunks per sequence
+        assert chunk(aligned, 256, 256 * 512) == 512 and chunk(aligned, 128, 128 * 8192) == 4096
+    else:               # 66 chunks wanted (one per kv head each): four whole sequences per chunk
+        assert chunk(aligned, 256, 256 * 512) == 2048
+    # a ragged total (not a multiple of the batch) or no divisor near the balanced length: unchanged
+    for batch, total in [(40, 902_001), (2, 2 * 7919), (0, 0), (3, 2)]:
+        assert chunk(aligned, batch, total) == chunk(plain, batch, total), (batch, total)
 
 
 def _ragged_plan(task, knobs):
