@@ -11,8 +11,8 @@
 #   pytest    every `-m gpu` test but the CUDA builds (the judge's GPU clock, the sandbox, FlashInfer baselines):
 #             -m "gpu and not cuda_build"
 #   pytest_cuda  the `-m gpu` tests that build CUDA extensions (marker cuda_build: CUDA candidates in the judge's
-#             sandbox, ksearch's CUDA builder); each build compiles torch/extension.h, tens of seconds to a minute
-#             and more, and together they took the pytest step past 540 s on the H100 (2026-12-05)
+#             sandbox, ksearch's CUDA builder); each build compiles torch's headers, about a minute, and together
+#             they took the pytest step past 540 s on the H100 (2026-12-05): SMOKE_CUDA_JOBS (default 4) at a time
 #   run_TASK  a 6-round `ksearch run` of each of the five tasks on its GPU default set, one after another;
 #             each must end with a PASSED best (scripts/run_summary.py also prints evaluations/min and what a
 #             held-out validation cost next to a feedback evaluation of the same kernel)
@@ -63,7 +63,13 @@ wanted peaks && sed -n '1,6p' "$LOG/peaks.log" | sed 's/^/      /'
 step pytest ${SMOKE_PYTEST_LIMIT:-170} python3 -m pytest -v -o console_output_style=times -m "gpu and not cuda_build" \
   -p no:cacheprovider ${SMOKE_PYTEST_PATHS:-tests/adversarial tests/test_walls_gpu.py tests/test_forkserver_gpu.py tests}
 wanted pytest && tail -3 "$LOG/pytest.log" | sed 's/^/      /'
-step pytest_cuda ${SMOKE_PYTEST_CUDA_LIMIT:-540} python3 -m pytest -v -o console_output_style=times \
+# The builds are independent and each keeps about one core busy for a minute (nvcc's pass over torch/types.h for
+# the .cu sets a build's wall time; a precompiled header for main.cpp was tried in session 23 and does not shorten
+# it), so they run SMOKE_CUDA_JOBS at a time (pytest-xdist, on the device image); the assertions of these tests
+# are correctness and loose clock ratios, which other processes' compiles do not move.
+CUDA_JOBS=${SMOKE_CUDA_JOBS:-4}
+[ "$CUDA_JOBS" -gt 1 ] && python3 -c "import xdist" 2>/dev/null && CUDA_XDIST="-n $CUDA_JOBS" || CUDA_XDIST=""
+step pytest_cuda ${SMOKE_PYTEST_CUDA_LIMIT:-540} python3 -m pytest -v -o console_output_style=times $CUDA_XDIST \
   -m "gpu and cuda_build" -p no:cacheprovider ${SMOKE_PYTEST_PATHS:-tests/adversarial tests}
 wanted pytest_cuda && tail -3 "$LOG/pytest_cuda.log" | sed 's/^/      /'
 
