@@ -280,3 +280,35 @@ def test_bench_self_check_that_disagrees_exits_non_zero(tmp_path, capsys, monkey
     assert main(["bench", "task=gqa_paged_decode_h32_kv4_d128_ps1", "--solution", str(kernel), "--self-check",
                  "eval.timeout_s=120"]) == 1
     assert "NOT within" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("spec,words", [
+    ("nofam", ["no family 'nofam'", "token_chunks"]),
+    ("token_chunks:NOPE=1", ["no knob 'NOPE'", "MIN_CHUNK"]),
+    ("token_chunks:MIN_CHUNK=33", ["MIN_CHUNK='33'", "[16, 32, 64, 128, 256]"]),
+    ("token_chunks:MIN_CHUNK", ["KEY=VALUE"]),
+])
+def test_bench_family_with_bad_knobs_is_one_line_and_exit_2(capsys, spec, words):
+    assert main(["bench", "task=gqa_paged_decode_h32_kv4_d128_ps1", "eval.workloads=tiny", "--family", spec]) == 2
+    line = _one_line_error(capsys)
+    assert all(w in line for w in words), line
+
+
+def test_bench_family_spec_renders_the_family_at_those_knobs():
+    from ksearch.cli.bench import chosen_family_kernels
+    from ksearch.task import load_task
+    from ksearch.task.catalog import CatalogError, load_catalog
+
+    task = load_task("gqa_paged_decode_h32_kv4_d128_ps1")
+    cat = load_catalog(task.strategies_dir, task.name)
+    assert cat.parse_spec("token_chunks: CHUNK_ALIGN=TRUE, MIN_CHUNK=32") == (
+        "token_chunks", {"CHUNK_ALIGN": True, "MIN_CHUNK": 32})
+    assert cat.parse_spec("token_chunks") == ("token_chunks", {})
+    [(name, src)] = chosen_family_kernels(cat, ["token_chunks:CHUNK_ALIGN=true"], "cpu")
+    assert name == "family token_chunks (CHUNK_ALIGN=True)"
+    assert src == cat.render("token_chunks", {"CHUNK_ALIGN": True}) != cat.render("token_chunks", {})
+    prefill = load_task("mla_paged_prefill_causal_h16_ckv512_kpe64_ps1")
+    pcat = load_catalog(prefill.strategies_dir, prefill.name)
+    cuda = next(f.name for f in pcat.families if not f.runs_on("cpu"))
+    with pytest.raises(CatalogError, match="GPU host"):
+        chosen_family_kernels(pcat, [cuda], "cpu")

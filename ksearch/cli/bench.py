@@ -216,6 +216,21 @@ def family_kernels(cat: Catalog, device: str, say: Callable[[str], None]) -> lis
     return [(f"family {f.name} (defaults)", cat.render(f.name, {})) for f in cat.runnable_families(device)]
 
 
+def chosen_family_kernels(cat: Catalog, specs: list[str], device: str) -> list[tuple[str, str]]:
+    """(name, source) of each `--family NAME[:KEY=VALUE,...]`: the family rendered at those knobs (no kernel
+    file to write first); a family `device` cannot run is refused, like a bad knob, with a CatalogError."""
+    from ksearch.task.catalog import CatalogError
+
+    kernels = []
+    for spec in specs:
+        name, knobs = cat.parse_spec(spec)
+        if not cat.family(name).runs_on(device):
+            raise CatalogError(f"family {name} is CUDA, which {device} cannot run: bench it on a GPU host")
+        shown = ", ".join(f"{k}={v}" for k, v in knobs.items()) or "defaults"
+        kernels.append((f"family {name} ({shown})", cat.render(name, knobs)))
+    return kernels
+
+
 def self_check(kernels: list[tuple[str, str]], results: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The same source listed twice must give the same ratio on every workload (within 3%): bench checks
     its own repeatability in the job it reports."""
@@ -248,6 +263,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--solution", action="append", default=[], help="a kernel file (repeatable)")
     p.add_argument("--run", action="append", default=[], help="a run directory: bench its best kernel")
     p.add_argument("--families", action="store_true", help="bench every catalog family at its defaults")
+    p.add_argument("--family", action="append", default=[], metavar="NAME[:KEY=VALUE,...]",
+                   help="bench one catalog family at these knobs, the rest at their defaults (repeatable)")
     p.add_argument("--out", default=None, help="write all numbers as JSON here")
     p.add_argument("--self-check", action="store_true",
                    help="bench the first kernel twice and check both give the same ratios (within 3%%)")
@@ -288,6 +305,9 @@ def run(args: argparse.Namespace) -> int:
     for r in args.run:
         best = Solution.from_json(json.loads((Path(r) / "best" / "solution.json").read_text()))
         kernels.append((f"best of {r}", best.main_source))
+    chosen = getattr(args, "family", [])
+    if chosen:
+        kernels += chosen_family_kernels(load_catalog(task.strategies_dir, task.name), chosen, device)
     if args.families or not kernels:
         kernels += family_kernels(load_catalog(task.strategies_dir, task.name), device,
                                   lambda line: console.print(line, highlight=False))

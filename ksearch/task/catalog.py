@@ -165,6 +165,29 @@ class Catalog(_Strict):
         return env.get_template(fam.template).render(**values, family=family)
 
 
+    def parse_spec(self, spec: str) -> tuple[str, dict[str, Any]]:
+        """`NAME` or `NAME:KEY=VALUE,KEY=VALUE` (the command line's way to name a family at chosen knobs) ->
+        (family, knobs), each value matched by its text against the knob's listed values (true/false for
+        booleans in any case); anything unknown raises CatalogError naming what is allowed."""
+        name, _, rest = spec.partition(":")
+        fam = self.family(name.strip())
+        knobs: dict[str, Any] = {}
+        for item in filter(None, (x.strip() for x in rest.split(","))):
+            key, eq, text = item.partition("=")
+            key = key.strip()
+            if not eq:
+                raise CatalogError(f"{spec!r}: write knobs as KEY=VALUE ({item!r} has no '=')")
+            if key not in fam.knobs:
+                raise CatalogError(f"family {fam.name} has no knob {key!r}; it has {sorted(fam.knobs)}")
+            allowed = fam.knobs[key].values
+            match = [v for v in allowed if str(v) == text.strip()
+                     or (isinstance(v, bool) and str(v).lower() == text.strip().lower())]
+            if not match:
+                raise CatalogError(f"knob {fam.name}.{key}={text.strip()!r} is not one of {list(allowed)}")
+            knobs[key] = match[0]
+        return fam.name, knobs
+
+
 #: What catalog.yaml itself may hold at the top level (task and root come from where it is read).
 _DOCUMENT_KEYS = {"families"}
 
