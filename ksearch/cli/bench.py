@@ -306,11 +306,11 @@ def run(args: argparse.Namespace) -> int:
         best = Solution.from_json(json.loads((Path(r) / "best" / "solution.json").read_text()))
         kernels.append((f"best of {r}", best.main_source))
     chosen = getattr(args, "family", [])
-    if chosen:
-        kernels += chosen_family_kernels(load_catalog(task.strategies_dir, task.name), chosen, device)
-    if args.families or not kernels:
-        kernels += family_kernels(load_catalog(task.strategies_dir, task.name), device,
-                                  lambda line: console.print(line, highlight=False))
+    if chosen or args.families or not kernels:
+        cat = load_catalog(task.strategies_dir, task.name)
+        kernels += chosen_family_kernels(cat, chosen, device)
+        if args.families or not kernels:
+            kernels += family_kernels(cat, device, lambda line: console.print(line, highlight=False))
     if getattr(args, "self_check", False) and kernels:
         kernels.insert(1, (kernels[0][0] + " (again)", kernels[0][1]))
     peaks = measure_peaks(device) if on_gpu else None      # once per process: copy, bf16, fp8, fp32 rates

@@ -164,7 +164,6 @@ class Catalog(_Strict):
                                  undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
         return env.get_template(fam.template).render(**values, family=family)
 
-
     def parse_spec(self, spec: str) -> tuple[str, dict[str, Any]]:
         """`NAME` or `NAME:KEY=VALUE,KEY=VALUE` (the command line's way to name a family at chosen knobs) ->
         (family, knobs), each value matched by its text against the knob's listed values (true/false for
