@@ -10,7 +10,8 @@
 # eval.metric=METRIC eval.profile=false --solution SOLUTION --out LOGDIR/KEY_SET_METRIC.json`, its output in
 # LOGDIR/KEY_SET_METRIC.log, one summary line plus the per-workload rows in LOGDIR/summary.txt. The specs share
 # TOTAL seconds (default 540, counted from the start) in order; each gets at most LIMIT (default: what is left);
-# a spec that would start with under 40 s left is skipped and says so. Source gpu_env (scripts/gpu_steps.sh)
+# a spec that would start with under 40 s left is skipped and says so. BENCH_ARGS (default --no-reference: the
+# PyTorch reference's column is information only and costs device time on large sets) go to every bench. Source gpu_env (scripts/gpu_steps.sh)
 # before it on the device machine, or let it do so (it does when .gpu is present and PYTHONPATH is unset).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +34,7 @@ for spec in "$@"; do
   lim=$(( left < ${LIMIT:-$left} ? left : ${LIMIT:-$left} ))
   tag=${key}_${set}_${metric}
   timeout --kill-after=5 $lim python3 -m ksearch bench task=$task eval.workloads=$set eval.metric=$metric \
-    eval.profile=false --solution "$sol" --out "$L/$tag.json" > "$L/$tag.log" 2>&1
+    eval.profile=false ${BENCH_ARGS---no-reference} --solution "$sol" --out "$L/$tag.json" > "$L/$tag.log" 2>&1
   rc=$?
   [ $rc -ne 0 ] && rc_all=1
   [ $rc -eq 124 ] && why=" (over its ${lim}s)" || why=""

@@ -312,3 +312,33 @@ def test_bench_family_spec_renders_the_family_at_those_knobs():
     cuda = next(f.name for f in pcat.families if not f.runs_on("cpu"))
     with pytest.raises(CatalogError, match="GPU host"):
         chosen_family_kernels(pcat, [cuda], "cpu")
+
+
+@pytest.mark.parametrize("flags,timed", [([], True), (["--no-reference"], False)])
+def test_bench_no_reference_leaves_the_reference_untimed(monkeypatch, flags, timed):
+    import ksearch.eval.parent.evaluator as evaluator
+
+    asked: list[bool] = []
+
+    class Stop(Exception):
+        pass
+
+    class FakeEvaluator:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def measure_baselines(self, workloads, time_reference=False):
+            asked.append(time_reference)
+            raise Stop
+
+    monkeypatch.setattr(evaluator, "Evaluator", FakeEvaluator)
+    with pytest.raises(Stop):
+        main(["bench", "task=gqa_paged_decode_h32_kv4_d128_ps1", "eval.workloads=tiny",
+              "--family", "token_chunks", *flags])
+    assert asked == [timed]

@@ -6,7 +6,8 @@ or the tensor-core peak, whichever binds (ksearch/eval/clocks/roofline.py; peaks
 a GPU), and, for a task that declares its FLOPs, the kernel's TFLOP/s and % of the tensor peak on every row,
 memory-bound or not (causal prefill counts only unmasked pairs)), then the geometric mean and fast_p
 (fraction of workloads faster than the best baseline).
-`--out` keeps the raw numbers.
+`--out` keeps the raw numbers. `--no-reference` leaves the reference's column out (on a CPU the reference is the
+baseline and is timed anyway).
 
 `--baseline-repeats N` instead measures the baselines N times, each in a fresh worker process (a new
 CUDA context, as a new run would get), and prints per workload and variant the median latency and the
@@ -268,6 +269,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="write all numbers as JSON here")
     p.add_argument("--self-check", action="store_true",
                    help="bench the first kernel twice and check both give the same ratios (within 3%%)")
+    p.add_argument("--no-reference", action="store_true",
+                   help="do not time the PyTorch reference (its column is for information; on a GPU the references "
+                        "of a large set take minutes of device time). It still computes every expected output")
     p.add_argument("--baseline-repeats", type=int, default=0, metavar="N",
                    help="only measure the baselines, N times in fresh processes: median and CV per workload")
     p.add_argument("overrides", nargs="*", help="Hydra overrides: task=..., eval.workloads=..., eval.device=...")
@@ -326,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
 
     results = []
     with Evaluator(task, settings) as ev:
-        baseline = ev.measure_baselines(workloads, time_reference=True)
+        baseline = ev.measure_baselines(workloads, time_reference=not getattr(args, "no_reference", False))
         if baseline.provenance():
             console.print(f"baselines {baseline.provenance()} (eval.baseline_cache=refresh measures them anew)",
                           highlight=False)
