@@ -6,7 +6,8 @@
 #          gqa:validate:call_latency:gqa_tc.py
 #
 # KEY is gqa, mla_decode, prefill, moe or trimul; SET a workload set of the task (feedback, validate, full, ...);
-# METRIC gpu_time or call_latency. Each spec runs `python3 -m ksearch bench task=... eval.workloads=SET
+# METRIC gpu_time or call_latency; SOLUTION a kernel file, or family:NAME[:KEY=VALUE,...] for a catalog family at
+# those knobs (`ksearch bench --family`), e.g. mla_decode:full:gpu_time:family:token_chunks. Each spec runs `python3 -m ksearch bench task=... eval.workloads=SET
 # eval.metric=METRIC eval.profile=false --solution SOLUTION --out LOGDIR/KEY_SET_METRIC.json`, its output in
 # LOGDIR/KEY_SET_METRIC.log, one summary line plus the per-workload rows in LOGDIR/summary.txt. The specs share
 # TOTAL seconds (default 540, counted from the start) in order; each gets at most LIMIT (default: what is left);
@@ -33,12 +34,18 @@ for spec in "$@"; do
   if [ $left -lt 40 ]; then echo "skip  ${key}_${set}_${metric} (${left}s left of ${TOTAL}s)" | tee -a "$L/summary.txt"; continue; fi
   lim=$(( left < ${LIMIT:-$left} ? left : ${LIMIT:-$left} ))
   tag=${key}_${set}_${metric}
+  if [[ $sol == family:* ]]; then
+    what=(--family "${sol#family:}"); f=${sol#family:}; tag=${tag}_${f//[^A-Za-z0-9]/_}
+  else
+    what=(--solution "$sol")
+  fi
   timeout --kill-after=5 $lim python3 -m ksearch bench task=$task eval.workloads=$set eval.metric=$metric \
-    eval.profile=false ${BENCH_ARGS---no-reference} --solution "$sol" --out "$L/$tag.json" > "$L/$tag.log" 2>&1
+    eval.profile=false ${BENCH_ARGS---no-reference} "${what[@]}" --out "$L/$tag.json" > "$L/$tag.log" 2>&1
   rc=$?
   [ $rc -ne 0 ] && rc_all=1
   [ $rc -eq 124 ] && why=" (over its ${lim}s)" || why=""
   echo "bench $tag rc=$rc$why at $(( $(date +%s) - T0 ))s ($sol)" | tee -a "$L/summary.txt"
   grep -E "geomean|failure|INCORRECT|val_|full_|fb_" "$L/$tag.log" | tail -70 >> "$L/summary.txt"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && tail -2 "$L/$tag.log" | sed 's/^/    /' >> "$L/summary.txt"
 done
 exit $rc_all
