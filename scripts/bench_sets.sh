@@ -7,13 +7,15 @@
 #
 # KEY is gqa, mla_decode, prefill, moe or trimul; SET a workload set of the task (feedback, validate, full, ...);
 # METRIC gpu_time or call_latency; SOLUTION a kernel file, or family:NAME[:KEY=VALUE,...] for a catalog family at
-# those knobs (`ksearch bench --family`), e.g. mla_decode:full:gpu_time:family:token_chunks. Each spec runs `python3 -m ksearch bench task=... eval.workloads=SET
-# eval.metric=METRIC eval.profile=false --solution SOLUTION --out LOGDIR/KEY_SET_METRIC.json`, its output in
-# LOGDIR/KEY_SET_METRIC.log, one summary line plus the per-workload rows in LOGDIR/summary.txt. The specs share
-# TOTAL seconds (default 540, counted from the start) in order; each gets at most LIMIT (default: what is left);
-# a spec that would start with under 40 s left is skipped and says so. BENCH_ARGS (default --no-reference: the
-# PyTorch reference's column is information only and costs device time on large sets) go to every bench. Source gpu_env (scripts/gpu_steps.sh)
-# before it on the device machine, or let it do so (it does when .gpu is present and PYTHONPATH is unset).
+# those knobs (`ksearch bench --family`), e.g. mla_decode:full:gpu_time:family:token_chunks. Each spec runs
+# `python3 -m ksearch bench task=... eval.workloads=SET eval.metric=METRIC eval.profile=false BENCH_ARGS
+# --solution SOLUTION (or --family ...) --out LOGDIR/TAG.json`, TAG being KEY_SET_METRIC (with the family spec
+# appended for a family), its output in LOGDIR/TAG.log, one summary line plus the per-workload rows in
+# LOGDIR/summary.txt. The specs share TOTAL seconds (default 540, counted from the start) in order; each gets at
+# most LIMIT (default: what is left); a spec that would start with under 40 s left is skipped and says so.
+# BENCH_ARGS defaults to --no-reference (the PyTorch reference's column is information only and costs device time
+# on large sets). Source gpu_env (scripts/gpu_steps.sh) before it on the device machine, or let it do so (it does
+# when .gpu is present and PYTHONPATH is unset).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 L=${1:?usage: bench_sets.sh LOGDIR KEY:SET:METRIC:SOLUTION ...}; shift
@@ -35,7 +37,7 @@ for spec in "$@"; do
   lim=$(( left < ${LIMIT:-$left} ? left : ${LIMIT:-$left} ))
   tag=${key}_${set}_${metric}
   if [[ $sol == family:* ]]; then
-    what=(--family "${sol#family:}"); f=${sol#family:}; tag=${tag}_${f//[^A-Za-z0-9]/_}
+    fam=${sol#family:}; what=(--family "$fam"); tag=${tag}_${fam//[^A-Za-z0-9]/_}
   else
     what=(--solution "$sol")
   fi

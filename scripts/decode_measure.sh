@@ -45,7 +45,7 @@ fi
 
 wanted bench && python3 scripts/window_log_summary.py "$LOG/windows.log" > "$LOG/window_summary.log" 2>&1
 save_baseline_cache "$LOG/baselines.sqlite"
-(cd "$LOG" && tar czf logs.tgz ./*.log bench sweep 2>/dev/null && rm -rf ./*.log bench sweep)
+pack_logs bench sweep
 summary "total $(( $(date +%s) - T0 ))s"
 if [ ${#failed[@]} -gt 0 ]; then
   summary "decode_measure: FAILED: ${failed[*]}"

@@ -41,7 +41,10 @@ save_baseline_cache() {
     "$BASELINE_CACHE" "$1" 2>/dev/null || rm -f "$1"
 }
 
-# pack_logs: files come back from a device call only 8 at a time, so the logs travel as one archive.
+# pack_logs [DIR ...]: files come back from a device call only 8 at a time, so the logs (and these folders under
+# LOG, where they exist) travel as one archive.
 pack_logs() {
-  (cd "$LOG" && tar czf logs.tgz *.log 2>/dev/null && rm -f *.log *.rc)
+  local extra=() d
+  for d in "$@"; do [ -e "$LOG/$d" ] && extra+=("$d"); done
+  (cd "$LOG" && tar czf logs.tgz *.log ${extra[@]+"${extra[@]}"} 2>/dev/null && rm -rf *.log *.rc ${extra[@]+"${extra[@]}"})
 }
