@@ -97,7 +97,12 @@ EAGER_TARGET_MS = 100.0
 #: differ from its own by ~10-20%: on an MLA prefill window of 63 calls (36 ms) beside 130 ms of them, that
 #: difference made a 575 µs kernel 870 µs, and on a 1024-token batch it left less than nothing, an honest kernel
 #: failed as faster than physics (H100, session 18). Long windows make it a small share of the calls.
-OVERHEAD_SHARE = 0.1
+#: At 0.1 the part of a window that is not the candidate's calls still decided its stability: on GQA decode's
+#: `full` set (H100, session 25, benchmarks/h100-2026-12-07) the calls' own stamps of one row agreed within 0.5%
+#: over six windows while the windows varied 5% (the candidate's fresh-input generation took 1.0-1.5 ms of a 32 ms
+#: window), and 10 of 12 candidates of a 12-round search had a row reported unstable, so no ratio. 0.04 makes
+#: those windows ~80 ms of calls: the same jitter is ~1% of them, under the halves' 2% floor (STEADY_MIN).
+OVERHEAD_SHARE = 0.04
 MAX_EAGER_CALLS = 2000          # calls per eager loop (a graph holds at most gputime.GRAPH_MAX_CALLS, then replays)
 MAX_REPLAYS = 64                # replays of one captured graph in a window
 MAX_CALLS_MS = 2500.0           # GPU time of calls a window is sized for, at most
