@@ -62,9 +62,13 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         {},
         # session 20: short sequences whole (256 x 2048 tokens: 0.94x under the judge with every sequence cut in two);
         # session 21: the merge grid fitted to the batch (256 x 4 x 4 merge programs at batch 256 otherwise)
-        # session 23: chunks aligned to the mean sequence (whole pieces of equal sequences, no program owning more)
-        {"CHUNK_ALIGN": True}, {"CHUNK_ALIGN": True, "MERGE_FIT": True}, {"MERGE_FIT": True}, {"WHOLE_SHORT": 1},
-        {"MERGE_FIT": True, "WHOLE_SHORT": 2}, {"MERGE_FIT": True, "WHOLE_SHORT": 1}, {"WHOLE_SHORT": 2},
+        # session 23: chunks aligned to the mean sequence (whole pieces of equal sequences, no program owning more),
+        # the default since session 25 (H100: 1.03 / 0.96 against 1.00 / 0.93 off); session 25: short sequences in
+        # programs of their own (the `full` set's b1 rows of a few tokens: 0.45-0.72x FlashInfer's tensor cores)
+        {"CHUNK_ALIGN": False}, {"OWN_SHORT": 1}, {"OWN_SHORT": 256}, {"OWN_SHORT": 512},
+        # (dropped in session 25 after its H100 sweep: WHOLE_SHORT 1, 0.99 / 0.87; MERGE_FIT + WHOLE_SHORT 2, 0.97 / 0.68)
+        {"CHUNK_ALIGN": True, "MERGE_FIT": True}, {"MERGE_FIT": True},
+        {"MERGE_FIT": True, "WHOLE_SHORT": 1}, {"WHOLE_SHORT": 2},
         {"PROGRAMS_PER_SM": 2, "MERGE_SPLIT": 1}, {"PROGRAMS_PER_SM": 8}, {"PROGRAMS_PER_SM": 4},
         {"MERGE_SPLIT": 2}, {"MERGE_SPLIT": 1}, {"BLOCK_N": 32, "MIN_CHUNK": 32}, {"BLOCK_N": 128, "NUM_WARPS": 8},
         {"BLOCK_N": 128, "NUM_WARPS": 8, "PROGRAMS_PER_SM": 1}, {"MIN_CHUNK": 128}, {"MIN_CHUNK": 256},
@@ -79,17 +83,22 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         # session 22 made MERGE_FIT the default ({} below; False is the old control); session 23: chunks aligned
         # to the mean sequence (whole pieces of equal sequences, no program owning more than its chunk); fewer,
         # longer chunks for mid-size batches (16 x 1500 tokens: 0.75x at every setting of session 22)
-        {"CHUNK_ALIGN": True}, {"CHUNK_ALIGN": True, "PROGRAMS_PER_SM": 1}, {"MIN_CHUNK": 256}, {"WHOLE_SHORT": 2},
-        {"MERGE_FIT": False}, {"WHOLE_SHORT": 1},
+        # session 25: CHUNK_ALIGN the default (H100: 0.96 / 0.82 against 0.93 / 0.75 off); short sequences in
+        # programs of their own (the `full` set's 16 x ~30 tokens: 0.43x, chunks holding 2-3 sequences each)
+        {"CHUNK_ALIGN": False}, {"OWN_SHORT": 1}, {"OWN_SHORT": 256}, {"OWN_SHORT": 512},
+        # (dropped in session 25 after its H100 sweep: MERGE_FIT off, 0.86 / 0.55; CHUNK_ALIGN with one program
+        # per SM, 0.84 / 0.70)
+        {"MIN_CHUNK": 256}, {"WHOLE_SHORT": 2}, {"WHOLE_SHORT": 1},
         {"MERGE_SPLIT": 1, "NUM_STAGES": 2}, {"NUM_STAGES": 2}, {"MERGE_SPLIT": 4},
         {"MIN_CHUNK": 128}, {"MIN_CHUNK": 32},
         {"BLOCK_N": 64}, {"BLOCK_N": 64, "NUM_WARPS": 8}, {"BLOCK_N": 64, "NUM_STAGES": 2}, {"NUM_WARPS": 8},
-        {"PROGRAMS_PER_SM": 1}, {"PROGRAMS_PER_SM": 1, "MIN_CHUNK": 128}, {"PROGRAMS_PER_SM": 4},
+        {"PROGRAMS_PER_SM": 1}, {"PROGRAMS_PER_SM": 4},
         {"VALUE_SPLIT": 2}, {"MERGE_HEADS": 8}, {"MERGE_HEADS": 2},
         {"MERGE": "last_program"}, {"CACHED_LAUNCH": False},
         # dropped after the H100 sweeps of sessions 14 and 15 (0.24-0.65x geomean): VALUE_SPLIT 4, VALUE_SPLIT 2
         # with 8 warps, one program per SM or 64 rows, last_program with VALUE_SPLIT 2 and 8 warps, fine chunks
-        # (4 per SM, 32 tokens, 16 rows), BLOCK_N 16, NUM_STAGES 1, MERGE_HEADS 16 (0.65 with MERGE_SPLIT 8)
+        # (4 per SM, 32 tokens, 16 rows), BLOCK_N 16, NUM_STAGES 1, MERGE_HEADS 16 (0.65 with MERGE_SPLIT 8); in session 25, to keep
+        # the grid within one call: one program per SM with MIN_CHUNK 128
     ],
 }
 #: The catalog's other families at their defaults. The fused_* ones publish a host-side tag per call, so a
@@ -209,13 +218,22 @@ SHAPE_NAMES = [n for n, _ in UNIFORM] + [RAGGED40_SHAPE] + [n for n, _ in RAGGED
 
 
 def timing_shapes(task, dry: bool, only: list[str] | None = None) -> list[tuple[str, list[int]]]:
-    """The timing shapes, or those named in `only` (in the table's order)."""
+    """The timing shapes, or those named in `only` (in the table's order); a `full_*` name in `only` is that
+    workload of the task's `full` set (its kv lengths), where the task has one of that name."""
     if dry:
         shapes = list(DRY_SHAPES)
     else:
-        ragged40 = next(w for w in task.workload_set("full") if w.name == RAGGED40)
-        shapes = UNIFORM + [(RAGGED40_SHAPE, list(ragged40.params["kv_lens"]))] + RAGGED_FIXED
+        full = {w.name: list(w.params["kv_lens"]) for w in task.workload_set("full")}
+        shapes = UNIFORM + [(RAGGED40_SHAPE, full[RAGGED40])] + RAGGED_FIXED
+        shapes += [(n, full[n]) for n in only or [] if n.startswith("full_") and n in full and n != RAGGED40]
     return [s for s in shapes if only is None or s[0] in only]
+
+
+def full_shape_names(tasks: list[str]) -> set[str]:
+    """Every `full` workload name of these tasks (what --shapes takes besides SHAPE_NAMES)."""
+    from ksearch.task import load_task
+
+    return {w.name for t in tasks for w in load_task(t).workload_set("full")}
 
 
 def args_of(task, inputs: dict[str, Any]) -> list[Any]:
@@ -511,8 +529,10 @@ def main(argv: list[str] | None = None) -> int:
     tasks = [wanted[n] for n in dict.fromkeys(names)]
     only = [x.strip() for x in args.shapes.split(",") if x.strip()] if args.shapes else None
     known = [n for n, _ in DRY_SHAPES] if args.dry else SHAPE_NAMES
-    if only is not None and (not only or any(n not in known for n in only)):
-        print(f"decode_sweep: --shapes takes a comma list of {', '.join(known)}; got {args.shapes!r}", file=sys.stderr)
+    full_names = full_shape_names(tasks) if only and not args.dry else set()
+    if only is not None and (not only or any(n not in known and n not in full_names for n in only)):
+        print(f"decode_sweep: --shapes takes a comma list of {', '.join(known)} or the tasks' `full` workload"
+              f" names (full_...); got {args.shapes!r}", file=sys.stderr)
         return 2
     try:
         extra = parse_extra(args.extra)

@@ -72,3 +72,18 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, argv, capsys):
     assert decode_sweep.main([str(tmp_path), "--dry", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("decode_sweep: ") and "\n" not in err
+
+
+def test_a_full_workload_name_is_a_timing_shape_of_the_task_that_has_it():
+    """`--shapes full_b16_t457` times the `full` set's own ragged batch (its kv lengths); a task without a workload
+    of that name gets none, and an unknown full_ name is refused before anything runs."""
+    from ksearch.task import load_task
+
+    mla, gqa = load_task(decode_sweep.MLA), load_task(decode_sweep.GQA)
+    want = next(list(w.params["kv_lens"]) for w in mla.workload_set("full") if w.name == "full_b16_t457")
+    assert decode_sweep.timing_shapes(mla, False, ["full_b16_t457", "b1_l546"]) == [
+        ("b1_l546", [546]), ("full_b16_t457", want)]
+    assert len(want) == 16 and sum(want) == 457
+    assert decode_sweep.timing_shapes(gqa, False, ["full_b16_t457"]) == []
+    names = decode_sweep.full_shape_names([decode_sweep.MLA, decode_sweep.GQA])
+    assert "full_b16_t457" in names and "full_b9_t9" not in names

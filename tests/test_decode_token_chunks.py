@@ -40,7 +40,12 @@ KNOBS = {
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "WHOLE_SHORT": 2},
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "WHOLE_SHORT": 1, "MERGE": "last_program"},
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "MERGE_FIT": True, "WHOLE_SHORT": 1},
-          {"BLOCK_N": 16, "MIN_CHUNK": 16, "CHUNK_ALIGN": True}],
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "CHUNK_ALIGN": True},
+          # short sequences in programs of their own (at the chunk length; up to 128 tokens, with the last
+          # program merging the long ones; beside WHOLE_SHORT)
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 1},
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 128, "MERGE": "last_program"},
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 1, "WHOLE_SHORT": 2}],
     MLA: [{}, {"BLOCK_N": 16, "MIN_CHUNK": 16, "VALUE_SPLIT": 4, "MERGE_HEADS": 16, "MERGE_SPLIT": 8},
           {"BLOCK_N": 64, "MIN_CHUNK": 32, "VALUE_SPLIT": 2, "MERGE": "last_program", "NUM_WARPS": 8},
           # short sequences whole, long ones cut: with the merge kernel, and merged by the last program
@@ -50,7 +55,12 @@ KNOBS = {
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "MERGE_FIT": True},
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "MERGE_FIT": True, "WHOLE_SHORT": 1, "MERGE_HEADS": 16},
           # chunks aligned to the mean sequence length
-          {"BLOCK_N": 16, "MIN_CHUNK": 16, "CHUNK_ALIGN": True, "MERGE": "last_program"}],
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "CHUNK_ALIGN": True, "MERGE": "last_program"},
+          # short sequences in programs of their own: at the chunk length, and up to 128 tokens (with value
+          # parts, and with the last program merging the long ones)
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 1},
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 128, "VALUE_SPLIT": 2, "MERGE": "last_program"},
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 1, "WHOLE_SHORT": 2}],
 }
 
 # (name, kv lengths, SM count the plan sees). With 32 SMs the chunks are a few dozen tokens long, so
@@ -127,7 +137,7 @@ def test_a_merge_split_over_the_head_dimension_matches_the_reference(split):
     knobs = {"BLOCK_N": 16, "MIN_CHUNK": 16, "MERGE_SPLIT": split}
     for name, lens, sms in CASES[:2]:
         run = _module(GQA, knobs, sms)
-        assert run.__globals__["_plan"](torch.device("cpu"), len(lens), sum(lens))[2] == (len(lens), 4 * split)
+        assert run.__globals__["_plan"](torch.device("cpu"), len(lens), sum(lens)).merge_grid == (len(lens), 4 * split)
         inputs = _inputs(GQA, lens)
         res = _check(GQA, run(**inputs), inputs)
         assert res.passed, f"{name} {knobs}: {res.status} {res.message}"
@@ -140,9 +150,9 @@ def test_a_fitted_merge_grid_takes_fewer_slices_for_a_large_batch(task, blocks, 
     fitted, fixed = _module(task, {"MERGE_FIT": True}, 132), _module(task, {"MERGE_FIT": False}, 132)
     for batch, split in [(256, 1), (128, 2), (16, most), (1, most)]:
         total = batch * 512
-        grid = fitted.__globals__["_plan"](torch.device("cpu"), batch, total)[2]
+        grid = fitted.__globals__["_plan"](torch.device("cpu"), batch, total).merge_grid
         assert math.prod(grid) == batch * blocks * split, (batch, grid)
-        assert math.prod(fixed.__globals__["_plan"](torch.device("cpu"), batch, total)[2]) == batch * blocks * most
+        assert math.prod(fixed.__globals__["_plan"](torch.device("cpu"), batch, total).merge_grid) == batch * blocks * most
 
 
 @pytest.mark.parametrize("task", [GQA, MLA])
@@ -153,7 +163,7 @@ def test_aligned_chunks_cut_equal_sequences_into_whole_pieces(task):
     aligned, plain = _module(task, {"CHUNK_ALIGN": True}, 132), _module(task, {"CHUNK_ALIGN": False}, 132)
 
     def chunk(run, batch, total):
-        return run.__globals__["_plan"](torch.device("cpu"), batch, total)[0]
+        return run.__globals__["_plan"](torch.device("cpu"), batch, total).chunk
 
     for batch, length in [(256, 512), (256, 2048), (128, 8192), (16, 1500), (1, 546), (64, 4000)]:
         balanced, got = chunk(plain, batch, batch * length), chunk(aligned, batch, batch * length)
@@ -174,8 +184,8 @@ def _ragged_plan(task, knobs):
     g = _module(task, knobs, sms).__globals__
     plan = g["_plan"](torch.device("cpu"), len(lens), sum(lens))
     # MLA's merge constants come with the plan (its column split may fit the batch); GQA's are global
-    slots = plan[6][0]["MERGE_SLOTS"] if task == MLA else g["MERGE_SLOTS"]
-    return plan[0], lens, slots
+    slots = plan.merge[0]["MERGE_SLOTS"] if task == MLA else g["MERGE_SLOTS"]
+    return plan.chunk, lens, slots
 
 
 @pytest.mark.parametrize("task,knobs", _params())
@@ -338,21 +348,52 @@ def test_direct_launch_refused_falls_back_to_the_jit(monkeypatch):
     for kernel in ("_chunk_kernel", "_merge_kernel"):
         monkeypatch.setitem(g, kernel, Kernel(log, g[kernel].arg_names))
     monkeypatch.setitem(g, "_DIRECT", [True])
-    inputs = _inputs(GQA, [40, 5])
+    inputs = _inputs(GQA, [40, 500])        # several chunks: two launches a call
     for _ in range(3):
         run(**inputs)
     assert log == ["jit"] * 6 and g["_DIRECT"] == [False]
+
+
+@pytest.mark.parametrize("task", [GQA, MLA])
+@pytest.mark.parametrize("knobs,lens,launches", [
+    ({}, [40, 5], 1),                               # 45 tokens: one chunk holds every sequence whole
+    ({}, [40, 0, 300, 5], 2),                       # several chunks: partials to merge
+    ({"OWN_SHORT": 512}, [40, 0, 300, 5], 1),       # 345 tokens: every sequence has a program of its own
+    ({"OWN_SHORT": 128}, [40, 0, 300, 5], 2),       # the 300-token one is cut into chunks
+])
+def test_a_plan_with_nothing_to_merge_launches_no_merge_kernel(task, knobs, lens, launches, monkeypatch):
+    """Knowable from the shapes alone: with one chunk no sequence is cut, and where the programs of their own
+    take sequences up to the batch's total every sequence runs whole. The answer still matches the reference."""
+    run = _module(task, {"CACHED_LAUNCH": False, **knobs}, 132)
+    g = run.__globals__
+    log = []
+    real = {k: g[k] for k in ("_chunk_kernel", "_merge_kernel")}
+
+    def spy(name):
+        class Spy:
+            def __getitem__(self, grid):
+                log.append(name)
+                return real[name][grid]
+        return Spy()
+
+    for kernel in real:
+        monkeypatch.setitem(g, kernel, spy(kernel))
+    inputs = _inputs(task, lens)
+    out = run(**inputs)
+    assert log == ["_chunk_kernel", "_merge_kernel"][:launches]
+    res = _check(task, out, inputs)
+    assert res.passed, f"{knobs} {lens}: {res.status} {res.message}"
 
 
 def test_plans_stay_bounded_and_scratch_is_never_freed():
     run = _module(GQA, {}, 132)
     g = run.__globals__
     dev = torch.device("cpu")
-    first = g["_plan"](dev, 4, 100)[3]
+    first = g["_plan"](dev, 4, 100).po
     for total in range(100, 100 + 4200):
         g["_plan"](dev, 4, total)
     assert len(g["_PLANS"]) <= 4097
-    big = g["_plan"](dev, 512, 10 ** 6)[3]
+    big = g["_plan"](dev, 512, 10 ** 6).po
     assert big.shape[0] >= 512 + 1 and any(s[1] is first for s in g["_KEEP"])
 
 
