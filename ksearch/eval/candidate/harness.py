@@ -26,6 +26,10 @@ Requests (pickled dicts from the judge; each gets exactly one reply; `shared`: a
   call {layout, shared[, workload, seed]}   call the kernel once (the judge clocks it) -> {}
   inspect {}                      diagnostics of the last call -> {status?, message?}
   pool {workload, seeds, warmup}  (GPU) build P timing input sets (values never used), warm up -> {est_ms}
+                                  (the previous workload's sets and graphs are dropped first)
+  release {}                      (GPU, untimed) drop the timing sets, graphs and kept outputs, and give the
+                                  allocator's cached blocks back: the judge sizes the next sets by the memory
+                                  free on the device, and what this process keeps reserved is not free -> {}
   capture {n}                     (GPU) CUDA graphs of n x [flush, call] and n x [flush] -> {ok, kernels}
   window {mode, seeds, n, layout, shared}   (GPU) fresh values into the P sets, then n calls as `mode`
                                   (graph | eager | eager_sync), then the P last outputs into the slots
@@ -210,7 +214,7 @@ class _Server:
         self.ops: dict[str, Callable[[dict[str, Any], int | None], dict[str, Any]]] = {
             "ready": self.ready, "call": self.call, "inspect": self.inspect, "pool": self.pool,
             "capture": self.capture, "window": self.window, "profile": self.profile,
-            "reveal_probe": self.reveal_probe, "echo": self.echo}
+            "reveal_probe": self.reveal_probe, "echo": self.echo, "release": self.release}
         self._map = exchange.Mapped
         self._scrub = scrub
         self._no_grad = torch.no_grad
@@ -223,6 +227,8 @@ class _Server:
         self._echo_bufs: list[torch.Tensor] = []      # what `echo` fetches into the slots (the last layout's)
         self._clone = torch.clone
         self._gc_pause, self._gc_resume, self._gc_settle = gc.disable, gc.enable, _settle_garbage
+        self._empty_cache: Callable[[], Any] = torch.cuda.empty_cache if k.on_gpu else _nothing
+        self._collect = gc.collect
         if k.on_gpu:
             self._sync: Callable[[], Any] = getattr(torch._C, "_cuda_synchronize", None) or torch.cuda.synchronize
             flush = torch.empty(gputime.flush_bytes(torch.device(k.device)), dtype=torch.int8, device=k.device)
@@ -360,12 +366,21 @@ class _Server:
         fn, pool = self.k.fn, self.k.pool
         return lambda i: fn(*pool[i])
 
-    def pool(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
-        """P input sets for the graphs to be captured on. Their values here are never timed or verified."""
+    def release(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
+        """Drop what the last workload's timing held (sets, graphs, kept outputs); cached blocks back to the driver."""
         k = self.k
+        k.pool, k.timer, k.prev, k.last = [], None, None, None
+        self._collect()         # what only a cycle still holds, before the cache is emptied
+        self._empty_cache()
+        return {"ok": True}
+
+    def pool(self, req: dict[str, Any], fd: int | None) -> dict[str, Any]:
+        """P input sets for the graphs to be captured on. Their values here are never timed or verified. The
+        previous workload's sets and graphs go first: held while the new ones are built, they would add up."""
+        k = self.k
+        self.release(req, fd)
         k.workload = req["workload"]
         k.pool = [self._make(int(seed)) for seed in req["seeds"]]
-        k.timer, k.prev, k.last = None, None, None
         call, n_sets = self._pool_call(), len(k.pool)
         est = []
         with self._no_grad():
