@@ -429,8 +429,12 @@ def cupti_times(call: Callable[[int], Any], n_sets: int, n: int) -> list[float]:
 GRAPH_MAX_CALLS = 500
 
 
+#: What the outputs of one captured graph's calls may hold (`iterations_for`): a graph keeps every call's outputs.
+GRAPH_OUTPUT_BYTES = 4 << 30
+
+
 def iterations_for(target_ms: float, per_call_ms: float, lo: int = 3, hi: int = GRAPH_MAX_CALLS,
-                   out_bytes: int = 0, memory_cap: int = 4 << 30) -> int:
+                   out_bytes: int = 0, memory_cap: int = GRAPH_OUTPUT_BYTES) -> int:
     """How many calls one graph holds: enough for `target_ms` of GPU time, bounded by outputs' memory."""
     n = int(target_ms / max(per_call_ms, 1e-4))
     if out_bytes > 0:

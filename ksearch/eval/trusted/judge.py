@@ -79,7 +79,8 @@ from ksearch.eval.report import (
     WindowBreakdown,
     WorkloadResult,
 )
-from ksearch.eval.trusted import exchange
+from ksearch.eval.trusted import devmem, exchange
+from ksearch.eval.trusted.devmem import gib
 from ksearch.eval.trusted.job import Job
 from ksearch.eval.trusted.rules import check_outputs, normalize_outputs
 from ksearch.task import Task, Workload, load_task
@@ -109,6 +110,14 @@ MAX_CALLS_MS = 2500.0           # GPU time of calls a window is sized for, at mo
 MAX_WINDOW_MS = 4000.0          # a window's length on the judge's clock, at most (its replays bounded by a probe)
 TIMING_SETS = 3                 # input sets the timed calls rotate over (fewer when memory is short)
 TIMING_SET_BYTES = 6 << 30      # memory the timing sets of one workload may take
+#: Device memory each candidate's process is allowed besides its timing sets, its input generation and its
+#: graph's outputs, when the sets are sized (`Judge.timing_sets`): its CUDA context (~0.5 GiB), the L2 flush
+#: buffer, its kernel's workspace and its caching allocator's slack.
+PROCESS_BYTES = 3 << 29
+#: After a reference whose inputs and work took at least this much at their peak, the judge gives its caching
+#: allocator's unused blocks back: kept reserved, GQA decode's largest `full` reference (~46 GiB) left a
+#: candidate's process 0.8 GiB of an 80 GB H100 (session 25).
+RELEASE_BYTES = 256 << 20
 CROSS_CHECK_TOLERANCE = 0.25    # candidate's own event time vs the judge's clock
 STEADY_MIN = 0.02               # halves of a measurement always "agree" within this
 WINDOW_SEED_BASE = 1000         # timed windows draw input seeds from trial numbers above the checks'
@@ -160,6 +169,32 @@ class TrustedCosts:
 TRUSTED_SALT = 0x5EED      # the judge's own windows draw their seeds from the nonce ^ this, apart from candidates'
 NO_COSTS = TrustedCosts(0.0, 0.0, 0.0)      # subtracting nothing only ever makes a candidate look slower
 _TRUSTED: dict[tuple[Any, ...], TrustedCosts] = {}   # per worker process: measured once, reused by later jobs
+#: per worker process and workload, measured by the judge in its own process: (one input set's generation at
+#: its peak, the judge's inputs and reference for one seed at their peak), in bytes
+_PEAKS: dict[tuple[Any, ...], tuple[int, int]] = {}
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    """What timing one workload takes on the device at once, in bytes, by the judge's own numbers: the
+    definition's input shapes and its own measurements (`_PEAKS`), never a number a candidate reports."""
+
+    set_bytes: int          # one timing input set
+    make_bytes: int         # a fresh input set's generation at its peak (a window generates one while P are held)
+    judge_bytes: int        # the judge's inputs and reference for one seed at their peak (a window's references)
+    outputs_bytes: int      # a captured graph's outputs, at most (gputime.iterations_for's bound)
+
+    def total(self, sets: int, processes: int = 0) -> int:
+        """With `sets` timing sets, and `processes` candidate processes not started yet (PROCESS_BYTES each)."""
+        return (sets * self.set_bytes + self.make_bytes + self.judge_bytes + self.outputs_bytes
+                + processes * PROCESS_BYTES)
+
+    def words(self, sets: int, processes: int = 0) -> str:
+        starts = (f" and {processes} candidate process{'es' if processes > 1 else ''} at {gib(PROCESS_BYTES)} "
+                  f"each") if processes else ""
+        return (f"{sets} timing input set{'s' if sets > 1 else ''} of {gib(self.set_bytes)}, a fresh set's "
+                f"generation {gib(self.make_bytes)}, the judge's reference {gib(self.judge_bytes)}, a graph's "
+                f"outputs {gib(self.outputs_bytes)}{starts} need {gib(self.total(sets, processes))}")
 
 
 class _Clock(NamedTuple):
@@ -245,6 +280,10 @@ class Judge:
                                                  check_trials=job.check_trials)) for src, sid in job.candidates]
         self._datasheet: Any = None
         self._references: dict[tuple[str, int], list[Any]] = {}
+        self._templates: dict[str, list[Any]] = {}     # per workload: its outputs' shapes and dtypes (meta tensors)
+        self._sets: dict[str, int] = {}                # per workload: timing input sets, sized once per job
+        self._no_room: dict[str, str] = {}             # per workload that cannot be timed on this device: why
+        self._fewer: dict[str, str] = {}               # per workload timed on fewer sets than its cap: why
         self.costs: dict[str, TrustedCosts] = {}       # per workload, measured before the candidates start
         self._probe: _Window | None = None
 
@@ -410,10 +449,31 @@ class Judge:
             if self._references and next(iter(self._references))[0] != w.name:
                 self._references.clear()            # one workload's references at a time (memory)
             with torch.no_grad():
-                self._references[key] = normalize_outputs(self.task.reference(**self.inputs(w, seed)), self.names)
+                with devmem.Peak(self.device) as made:
+                    inputs = self.inputs(w, seed)
+                with devmem.Peak(self.device) as ran:
+                    out = normalize_outputs(self.task.reference(**inputs), self.names)
+                del inputs
+            self._references[key] = out
+            self._templates.setdefault(w.name, [torch.empty_like(r, device="meta") if isinstance(r, torch.Tensor)
+                                                else r for r in out])
             if self.on_gpu:
                 torch.cuda.synchronize()
+                self._after_reference(w, made, ran)
         return self._references[key]
+
+    def _after_reference(self, w: Workload, made: devmem.Peak, ran: devmem.Peak) -> None:
+        """Remember what the judge's inputs and reference took at their peak, and give the allocator's cached
+        blocks back when that was large: the judge waits next while a candidate's process runs, and memory it
+        keeps reserved is missing there."""
+        if made.peak is None or ran.peak is None:
+            return
+        judge_bytes = max(made.peak, (made.kept or 0) + ran.peak)
+        key = self._peaks_key(w)
+        make0, judge0 = _PEAKS.get(key, (0, 0))
+        _PEAKS[key] = (max(make0, made.peak), max(judge0, judge_bytes))
+        if judge_bytes >= RELEASE_BYTES:
+            devmem.release(self.device)
 
     def verify(self, c: _Cand, w: Workload, got: list[Any], ref: list[Any], what: str) -> bool:
         got = [g.to(r.device) if isinstance(g, torch.Tensor) and isinstance(r, torch.Tensor) else g
@@ -524,9 +584,83 @@ class Judge:
         return total
 
     def timing_sets(self, w: Workload) -> int:
-        """How many input sets the timed calls rotate over: up to TIMING_SETS within a memory budget."""
-        total = self._bytes(self.task.definition.inputs, w)
-        return max(2, min(TIMING_SETS, TIMING_SET_BYTES // max(total, 1)))
+        """How many input sets the timed calls rotate over, decided once per job (`_size_sets`)."""
+        if w.name not in self._sets:
+            self._sets[w.name] = self._size_sets(w)
+        return self._sets[w.name]
+
+    def _size_sets(self, w: Workload) -> int:
+        """Up to TIMING_SETS within TIMING_SET_BYTES (2 at least, so that consecutive calls see different
+        inputs), and on a GPU no more than fit in the memory free now (torch.cuda.mem_get_info: every process
+        counted) beside what the rest of the workload's timing takes (`memory_need`) and a context for each
+        candidate of the job; 1 where only one fits. Where not even one fits, the workload is recorded as
+        not timeable here (`_no_room`), with the bytes needed and free."""
+        cap = min(TIMING_SETS, max(2, TIMING_SET_BYTES // max(self._bytes(self.task.definition.inputs, w), 1)))
+        if not self.on_gpu:
+            return cap
+        if self._peaks_key(w) not in _PEAKS:
+            try:
+                self.reference(w, self._trusted_seed(w))    # the judge's own peaks; reused by `_trusted_layout`
+            except torch.OutOfMemoryError as e:
+                self._no_room[w.name] = (f"{w.name}: the judge's own inputs and reference for it do not fit in the "
+                                         f"GPU's free memory ({str(e)[:300]})")
+                return 1
+            except Exception:  # noqa: BLE001 - the judge's reference fails again, reported, in the guarded steps
+                return cap
+            finally:
+                self._references.clear()
+                devmem.release(self.device)
+        devmem.release(self.device)     # what the judge's allocator holds unused would count as taken
+        free = devmem.free_bytes(self.device)
+        if free is None:
+            return cap
+        need, starts = self.memory_need(w), len(self.cands)
+        sets = min(cap, (free - need.total(0, starts)) // need.set_bytes)
+        if sets < 1:
+            self._no_room[w.name] = (f"{w.name}: not enough free GPU memory to time it: {need.words(1, starts)}; "
+                                     f"{gib(free)} is free (every process on the device counted)")
+            return 1
+        if sets < cap:
+            self._fewer[w.name] = (f"{w.name}: timed on {sets} input set{'s' if sets > 1 else ''} instead of {cap}: "
+                                   f"{gib(free)} of GPU memory was free, and {need.words(sets + 1, starts)}"
+                                   + ("; consecutive calls see the same inputs" if sets == 1 else ""))
+        return int(sets)
+
+    def _peaks_key(self, w: Workload) -> tuple[Any, ...]:
+        return (self.task.name, str(self.task.dir), w.name, self.device)
+
+    def _trusted_seed(self, w: Workload) -> int:
+        return w.input_seed(self.nonce ^ TRUSTED_SALT, 800)
+
+    def memory_need(self, w: Workload) -> MemoryNeed:
+        """What timing `w` takes on the device besides its timing sets, by the judge's own numbers."""
+        from ksearch.eval.clocks.gputime import GRAPH_MAX_CALLS, GRAPH_OUTPUT_BYTES
+
+        make_bytes, judge_bytes = _PEAKS.get(self._peaks_key(w), (0, 0))
+        out = self.output_bytes(w)
+        return MemoryNeed(max(self._bytes(self.task.definition.inputs, w), 1), make_bytes, judge_bytes,
+                          min(GRAPH_MAX_CALLS * out, max(GRAPH_OUTPUT_BYTES, TIMING_SETS * out)))
+
+    def _room_now(self, c: _Cand, w: Workload, n_sets: int) -> bool:
+        """Before a candidate's timing sets are built: it gives back what it no longer needs (`release`), the
+        judge too, and the memory free now must hold the sets and the rest of the workload's timing. Where it
+        does not, the candidate fails with the bytes needed and free rather than a CUDA out-of-memory error
+        halfway (a candidate that keeps memory to itself fails itself)."""
+        if not self._release(c, w):
+            return False
+        devmem.release(self.device)
+        free = devmem.free_bytes(self.device)
+        need = self.memory_need(w)
+        if free is None or free >= need.total(n_sets):
+            return True
+        c.fail(Status.RUNTIME_ERROR, f"{w.name}: not enough free GPU memory for its timing: {need.words(n_sets)}; "
+                                     f"{gib(free)} is free (every process on the device counted)", w.name)
+        return False
+
+    def _release(self, c: _Cand, w: Workload) -> bool:
+        """Untimed: the candidate's process drops its timing sets and graphs and empties its allocator's cache."""
+        header, _, _ = self.request(c, {"op": "release"})
+        return self.expect_ok(c, header, w.name)
 
     def output_bytes(self, w: Workload) -> int:
         return self._bytes(self.task.definition.outputs, w)
@@ -614,14 +748,15 @@ class Judge:
 
     def _trusted_layout(self, w: Workload, n_sets: int) -> exchange.Layout:
         """The shared layout of P sets' output slots, for the stand-in's windows (`_protocol_ms`)."""
-        outs = [t for _ in range(n_sets)
-                for t in self._output_templates(w, w.input_seed(self.nonce ^ TRUSTED_SALT, 800))]
+        outs = [t for _ in range(n_sets) for t in self._output_templates(w, self._trusted_seed(w))]
         return exchange.plan(None, (), outs, self.names * n_sets)
 
     def _output_templates(self, w: Workload, seed: int) -> list[torch.Tensor]:
-        """Empty tensors shaped like a call's outputs (the reference's: a definition's axes may be overridden
-        by a workload)."""
-        return [torch.empty_like(r) for r in self.reference(w, seed)]
+        """Tensors shaped like a call's outputs, holding no memory (the reference's: a definition's axes may be
+        overridden by a workload; kept from the workload's first reference)."""
+        if w.name not in self._templates:
+            self.reference(w, seed)
+        return list(self._templates[w.name])
 
     @staticmethod
     def _target_ms(target_ms: float, costs: TrustedCosts) -> float:
@@ -723,6 +858,10 @@ class Judge:
         the candidate time, never make the windows so short that the input generation dominates them."""
         job = self.job
         n_sets = self.timing_sets(w)
+        if not self._room_now(c, w, n_sets):
+            return
+        if w.name in self._fewer:
+            c.report.flags.append(self._fewer[w.name])
         costs = self.costs.get(w.name, NO_COSTS)
         placeholders = [w.input_seed(self.nonce, PLACEHOLDER_SEED_BASE + j) for j in range(n_sets)]
         header, _, _ = self.request(c, {"op": "pool", "workload": w, "seeds": placeholders,
@@ -886,6 +1025,11 @@ class Judge:
                 for c in alive:
                     c.row(w.name)
                     c.prev_outputs = None
+                if w.name in self._no_room:         # the device cannot time it: one clear failure, not an OOM
+                    for c in alive:
+                        c.fail(Status.RUNTIME_ERROR, self._no_room[w.name], w.name)
+                        self._end(c)
+                    continue
                 check_ms: dict[str, list[float]] = {c.sid: [] for c in alive}
                 for t in range(self.job.check_trials):
                     k = t % len(alive)
@@ -896,6 +1040,8 @@ class Judge:
                     if c.ok:
                         if self.on_gpu:
                             self._guarded(c, w, lambda c=c: self.time_gpu(c, w))  # noqa: B023 - run at once
+                            # its timing sets are done with: room for the next candidate's and workload's
+                            self._guarded(c, w, lambda c=c: self._release(c, w))  # noqa: B023 - run at once
                         else:
                             self._guarded(c, w,
                                           lambda c=c: self.time_cpu(c, w, check_ms[c.sid]))  # noqa: B023 - run at once
@@ -919,17 +1065,21 @@ class Judge:
         """The judge's own costs for every workload, before any candidate runs (nothing else on the GPU).
         Where that fails, nothing is subtracted: candidates can then only look slower, never faster. The
         protocol's part is measured through a stand-in process, started only when some workload's costs are
-        not known to this worker yet."""
+        not known to this worker yet. First every workload's timing sets are sized (`timing_sets`) by the memory
+        free now, before any candidate starts; a workload the device cannot time gets no costs."""
         stand = None
+        for w in self.job.workloads:
+            self.timing_sets(w)
+        timed = [w for w in self.job.workloads if w.name not in self._no_room]
         try:
-            if self.spawner is not None and any(self._costs_key(w) not in _TRUSTED for w in self.job.workloads):
+            if self.spawner is not None and any(self._costs_key(w) not in _TRUSTED for w in timed):
                 try:
                     stand = self._stand_in()
                 except Exception as e:      # noqa: BLE001 - no stand-in: the protocol is not subtracted (safe)
                     for c in self.cands:
                         c.report.flags.append(f"the judge's stand-in did not start ({type(e).__name__}: {e}); "
                                               f"GPU times include the protocol and the output fetch around each window")
-            for w in self.job.workloads:
+            for w in timed:
                 try:
                     self.costs[w.name] = self.trusted(w, stand)
                 except Exception as e:      # noqa: BLE001 - the judge's own GPU work; the timing stays safe
