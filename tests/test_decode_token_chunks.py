@@ -94,6 +94,10 @@ def _inputs(task, kv_lens, seed=1):
 
 
 def _module(task, knobs, sms):
+    if knobs and "OWN_SHORT" not in knobs:
+        # Knob sets written to cut short sequences at chunk edges and merge them: on these small batches the
+        # default OWN_SHORT (256) would run every sequence in a program of its own. {} keeps every default.
+        knobs = {"OWN_SHORT": 0, **knobs}
     run = load_entry_point(_catalogs[task].render(FAMILY, knobs), name_hint=f"tc_{task[:3]}")
     g = run.__globals__
     for table in ("_PLANS", "_LAUNCH", "_SCRATCH", "_COUNTS"):
