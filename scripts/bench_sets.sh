@@ -25,6 +25,13 @@ declare -A TASKS=([gqa]=gqa_paged_decode_h32_kv4_d128_ps1 [mla_decode]=mla_paged
                   [moe]=moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048
                   [prefill]=mla_paged_prefill_causal_h16_ckv512_kpe64_ps1 [trimul]=trimul_outgoing_h128)
 T0=$(date +%s); TOTAL=${TOTAL:-540}; rc_all=0
+# TOTAL and LIMIT are whole seconds: a caller's arithmetic that went negative (session 25: LIMIT=-148) reached
+# `timeout` as an option and lost the call's bench.
+for v in TOTAL ${LIMIT:+LIMIT}; do
+  if ! [[ ${!v} =~ ^[0-9]+$ ]]; then
+    echo "bench_sets: $v must be a whole number of seconds, got '${!v}'" | tee -a "$L/summary.txt"; exit 2
+  fi
+done
 for spec in "$@"; do
   IFS=: read -r key set metric sol <<< "$spec"
   task=${TASKS[$key]:-}

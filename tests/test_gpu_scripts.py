@@ -33,3 +33,13 @@ def test_bench_sets_bad_spec_is_one_line_and_exit_2(tmp_path):
     assert r.returncode == 2
     summary = (tmp_path / "summary.txt").read_text().splitlines()
     assert len(summary) == 1 and "nokey:full:gpu_time:x.py" in summary[0] and "KEY one of" in summary[0]
+
+
+@pytest.mark.parametrize("name,value", [("LIMIT", "-148"), ("TOTAL", "12s")])
+def test_bench_sets_refuses_a_time_that_is_not_whole_seconds(tmp_path, name, value):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), name: value}
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "bench_sets.sh"), str(tmp_path), "gqa:full:gpu_time:x.py"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2
+    summary = (tmp_path / "summary.txt").read_text().splitlines()
+    assert summary == [f"bench_sets: {name} must be a whole number of seconds, got '{value}'"]
