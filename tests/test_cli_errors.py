@@ -304,9 +304,9 @@ def test_bench_family_spec_renders_the_family_at_those_knobs():
     assert cat.parse_spec("token_chunks: CHUNK_ALIGN=TRUE, MIN_CHUNK=32") == (
         "token_chunks", {"CHUNK_ALIGN": True, "MIN_CHUNK": 32})
     assert cat.parse_spec("token_chunks") == ("token_chunks", {})
-    [(name, src)] = chosen_family_kernels(cat, ["token_chunks:CHUNK_ALIGN=true"], "cpu")
-    assert name == "family token_chunks (CHUNK_ALIGN=True)"
-    assert src == cat.render("token_chunks", {"CHUNK_ALIGN": True}) != cat.render("token_chunks", {})
+    [(name, src)] = chosen_family_kernels(cat, ["token_chunks:CHUNK_ALIGN=false"], "cpu")
+    assert name == "family token_chunks (CHUNK_ALIGN=False)"      # (CHUNK_ALIGN is on by default)
+    assert src == cat.render("token_chunks", {"CHUNK_ALIGN": False}) != cat.render("token_chunks", {})
     prefill = load_task("mla_paged_prefill_causal_h16_ckv512_kpe64_ps1")
     pcat = load_catalog(prefill.strategies_dir, prefill.name)
     cuda = next(f.name for f in pcat.families if not f.runs_on("cpu"))

@@ -9,8 +9,8 @@ Why it matters: PyTorch's caching allocator keeps what a process freed reserved 
 computes references (GQA decode's `full_ragged40_l30-180000`: ~46 GiB at its peak, every sequence padded to
 180k tokens in fp32) and then waits while a candidate's process runs; reserved but unused, that memory left
 the candidate 0.8 GiB of an 80 GB H100, and every kernel failed that workload out of memory (H100, session 25).
-That reference now works in groups of sequences (tasks/gqa_paged_decode_h32_kv4_d128_ps1/reference.py), but any
-task's reference may be large, and the judge's own measurement of it is what the sizing trusts.
+The reference's text is part of every prompt of its task, so a recorded run replays only against the same text
+(tests/test_old_runs.py): it stays as it is, and the judge measures and gives back what it takes instead.
 """
 
 from __future__ import annotations
