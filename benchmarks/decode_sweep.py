@@ -65,8 +65,11 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         # session 23: chunks aligned to the mean sequence (whole pieces of equal sequences, no program owning more),
         # the default since session 25 (H100: 1.03 / 0.96 against 1.00 / 0.93 off); session 25: short sequences in
         # programs of their own (the `full` set's b1 rows of a few tokens: 0.45-0.72x FlashInfer's tensor cores)
-        {"CHUNK_ALIGN": False}, {"OWN_SHORT": 1}, {"OWN_SHORT": 256}, {"OWN_SHORT": 512},
-        # (dropped in session 25 after its H100 sweep: WHOLE_SHORT 1, 0.99 / 0.87; MERGE_FIT + WHOLE_SHORT 2, 0.97 / 0.68)
+        # OWN_SHORT 256 the default since session 25 (1.07 / 0.97 against 0.97 / 0.61 off); bounded by OWN_CHUNKS next
+        {"OWN_SHORT": 0}, {"OWN_CHUNKS": 3}, {"OWN_SHORT": 512, "OWN_CHUNKS": 3}, {"CHUNK_ALIGN": False},
+        {"OWN_SHORT": 1},
+        # (dropped in session 25 after its H100 sweep: WHOLE_SHORT 1, 0.99 / 0.87; MERGE_FIT + WHOLE_SHORT 2, 0.97 / 0.68;
+        # OWN_SHORT 512, 1.07 / 0.96)
         {"CHUNK_ALIGN": True, "MERGE_FIT": True}, {"MERGE_FIT": True},
         {"MERGE_FIT": True, "WHOLE_SHORT": 1}, {"WHOLE_SHORT": 2},
         {"PROGRAMS_PER_SM": 2, "MERGE_SPLIT": 1}, {"PROGRAMS_PER_SM": 8}, {"PROGRAMS_PER_SM": 4},
@@ -84,21 +87,24 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         # to the mean sequence (whole pieces of equal sequences, no program owning more than its chunk); fewer,
         # longer chunks for mid-size batches (16 x 1500 tokens: 0.75x at every setting of session 22)
         # session 25: CHUNK_ALIGN the default (H100: 0.96 / 0.82 against 0.93 / 0.75 off); short sequences in
-        # programs of their own (the `full` set's 16 x ~30 tokens: 0.43x, chunks holding 2-3 sequences each)
-        {"CHUNK_ALIGN": False}, {"OWN_SHORT": 1}, {"OWN_SHORT": 256}, {"OWN_SHORT": 512},
+        # programs of their own (the `full` set's 16 x ~30 tokens: 0.43x, chunks holding 2-3 sequences each), off
+        # by default (on the whole `full` set it lost the ragged 40 and a 208-token batch-1 row); bounded by
+        # OWN_CHUNKS next
+        {"OWN_SHORT": 256, "OWN_CHUNKS": 3}, {"OWN_SHORT": 512, "OWN_CHUNKS": 3}, {"OWN_SHORT": 256, "OWN_CHUNKS": 2},
+        {"OWN_SHORT": 256}, {"CHUNK_ALIGN": False},
         # (dropped in session 25 after its H100 sweep: MERGE_FIT off, 0.86 / 0.55; CHUNK_ALIGN with one program
-        # per SM, 0.84 / 0.70)
+        # per SM, 0.84 / 0.70; OWN_SHORT 512, 0.88 / 0.54; OWN_SHORT 1, 0.83 / 0.47)
         {"MIN_CHUNK": 256}, {"WHOLE_SHORT": 2}, {"WHOLE_SHORT": 1},
         {"MERGE_SPLIT": 1, "NUM_STAGES": 2}, {"NUM_STAGES": 2}, {"MERGE_SPLIT": 4},
         {"MIN_CHUNK": 128}, {"MIN_CHUNK": 32},
         {"BLOCK_N": 64}, {"BLOCK_N": 64, "NUM_WARPS": 8}, {"BLOCK_N": 64, "NUM_STAGES": 2}, {"NUM_WARPS": 8},
         {"PROGRAMS_PER_SM": 1}, {"PROGRAMS_PER_SM": 4},
-        {"VALUE_SPLIT": 2}, {"MERGE_HEADS": 8}, {"MERGE_HEADS": 2},
+        {"VALUE_SPLIT": 2}, {"MERGE_HEADS": 8},
         {"MERGE": "last_program"}, {"CACHED_LAUNCH": False},
         # dropped after the H100 sweeps of sessions 14 and 15 (0.24-0.65x geomean): VALUE_SPLIT 4, VALUE_SPLIT 2
         # with 8 warps, one program per SM or 64 rows, last_program with VALUE_SPLIT 2 and 8 warps, fine chunks
         # (4 per SM, 32 tokens, 16 rows), BLOCK_N 16, NUM_STAGES 1, MERGE_HEADS 16 (0.65 with MERGE_SPLIT 8); in session 25, to keep
-        # the grid within one call: one program per SM with MIN_CHUNK 128
+        # the grid within one call: one program per SM with MIN_CHUNK 128, MERGE_HEADS 2
     ],
 }
 #: The catalog's other families at their defaults. The fused_* ones publish a host-side tag per call, so a

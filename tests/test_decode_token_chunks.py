@@ -45,7 +45,8 @@ KNOBS = {
           # program merging the long ones; beside WHOLE_SHORT)
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 1},
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 128, "MERGE": "last_program"},
-          {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 1, "WHOLE_SHORT": 2}],
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 1, "WHOLE_SHORT": 2},
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 128, "OWN_CHUNKS": 2}],
     MLA: [{}, {"BLOCK_N": 16, "MIN_CHUNK": 16, "VALUE_SPLIT": 4, "MERGE_HEADS": 16, "MERGE_SPLIT": 8},
           {"BLOCK_N": 64, "MIN_CHUNK": 32, "VALUE_SPLIT": 2, "MERGE": "last_program", "NUM_WARPS": 8},
           # short sequences whole, long ones cut: with the merge kernel, and merged by the last program
@@ -60,7 +61,9 @@ KNOBS = {
           # parts, and with the last program merging the long ones)
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 1},
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 128, "VALUE_SPLIT": 2, "MERGE": "last_program"},
-          {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 1, "WHOLE_SHORT": 2}],
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 1, "WHOLE_SHORT": 2},
+          # own programs bounded to two chunks (and 128 tokens)
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 128, "OWN_CHUNKS": 2, "VALUE_SPLIT": 2}],
 }
 
 # (name, kv lengths, SM count the plan sees). With 32 SMs the chunks are a few dozen tokens long, so
@@ -491,3 +494,21 @@ def test_one_captured_graph_serves_any_lengths_with_the_same_shapes(task, knobs)
         torch.cuda.synchronize()
         res = _check(task, got, inputs)
         assert res.passed, f"after new lengths: {res.status} {res.message}"
+
+
+@pytest.mark.parametrize("task", [GQA, MLA])
+def test_own_chunks_bounds_what_an_own_program_takes(task):
+    """OWN_CHUNKS: own programs take sequences up to min(OWN_CHUNKS x chunk, OWN_SHORT) tokens, so neither a long
+    chunk (a ragged batch's ~3100 tokens) nor a short one (a lone 208-token sequence, four 64-token chunks) hands
+    one program a long sequence; without it, max(chunk, OWN_SHORT)."""
+    def limit(knobs, batch, total):
+        return _module(task, knobs, 132).__globals__["_plan"](torch.device("cpu"), batch, total).own_limit
+
+    ragged = (40, 829_017)                          # chunks of thousands of tokens
+    for batch, total in [ragged, (1, 208), (16, 457)]:
+        chunk = _module(task, {}, 132).__globals__["_plan"](torch.device("cpu"), batch, total).chunk
+        assert limit({"OWN_SHORT": 256}, batch, total) == max(chunk, 256)
+        assert limit({"OWN_SHORT": 256, "OWN_CHUNKS": 3}, batch, total) == min(3 * chunk, 256)
+        assert limit({"OWN_SHORT": 0, "OWN_CHUNKS": 3}, batch, total) == -1
+    assert limit({"OWN_SHORT": 256, "OWN_CHUNKS": 3}, *ragged) == 256
+    assert limit({"OWN_SHORT": 256, "OWN_CHUNKS": 3}, 1, 208) < 208      # cut into chunks, not one program
