@@ -66,6 +66,10 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         # the default since session 25 (H100: 1.03 / 0.96 against 1.00 / 0.93 off); session 25: short sequences in
         # programs of their own (the `full` set's b1 rows of a few tokens: 0.45-0.72x FlashInfer's tensor cores)
         # OWN_SHORT 256 the default since session 25 (1.07 / 0.97 against 0.97 / 0.61 off); bounded by OWN_CHUNKS next
+        # session 26: the K/V gathers pipelined a tile ahead (ROWS_AHEAD: two buffers at 3 stages, one before)
+        # and the merge kernel launched as a programmatic dependent of the chunk kernel (PDL)
+        {"ROWS_AHEAD": True, "NUM_STAGES": 3}, {"PDL": True}, {"ROWS_AHEAD": True, "NUM_STAGES": 3, "PDL": True},
+        {"ROWS_AHEAD": True, "NUM_STAGES": 4}, {"ROWS_AHEAD": True},
         {"OWN_SHORT": 0}, {"OWN_CHUNKS": 3}, {"OWN_SHORT": 512, "OWN_CHUNKS": 3}, {"CHUNK_ALIGN": False},
         {"OWN_SHORT": 1},
         # (dropped in session 25 after its H100 sweep: WHOLE_SHORT 1, 0.99 / 0.87; MERGE_FIT + WHOLE_SHORT 2, 0.97 / 0.68;
@@ -90,6 +94,13 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         # programs of their own (the `full` set's 16 x ~30 tokens: 0.43x, chunks holding 2-3 sequences each), off
         # by default (on the whole `full` set it lost the ragged 40 and a 208-token batch-1 row); bounded by
         # OWN_CHUNKS next
+        # session 26: the row tile loop's latency (~2-3 us a 32-row tile on an H100 where a few tiles decide the
+        # time): the gathers pipelined a (ROWS_AHEAD, or 5 stages), q.k in independent MMA chains; the merge kernel launched early (PDL)
+        {"ROWS_AHEAD": True}, {"ROWS_AHEAD": True, "PDL": True}, {"PDL": True}, {"ROWS_AHEAD": True, "LATENT_SPLIT": 2},
+        {"LATENT_SPLIT": 2}, {"NUM_STAGES": 5},
+        {"ROWS_AHEAD": True, "LATENT_SPLIT": 4}, {"ROWS_AHEAD": True, "NUM_STAGES": 4},
+        {"ROWS_AHEAD": True, "BLOCK_N": 64, "NUM_WARPS": 8}, {"ROWS_AHEAD": True, "OWN_SHORT": 256, "OWN_CHUNKS": 3},
+        {"ROWS_AHEAD": True, "LATENT_SPLIT": 2, "OWN_SHORT": 256, "OWN_CHUNKS": 3},
         {"OWN_SHORT": 256, "OWN_CHUNKS": 3}, {"OWN_SHORT": 512, "OWN_CHUNKS": 3}, {"OWN_SHORT": 256, "OWN_CHUNKS": 2},
         {"OWN_SHORT": 256}, {"CHUNK_ALIGN": False},
         # (dropped in session 25 after its H100 sweep: MERGE_FIT off, 0.86 / 0.55; CHUNK_ALIGN with one program

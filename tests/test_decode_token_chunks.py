@@ -46,7 +46,12 @@ KNOBS = {
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 1},
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 128, "MERGE": "last_program"},
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 1, "WHOLE_SHORT": 2},
-          {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 128, "OWN_CHUNKS": 2}],
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 128, "OWN_CHUNKS": 2},
+          # the row indices a tile ahead (with the merge kernel, and with the last program merging)
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "ROWS_AHEAD": True, "NUM_STAGES": 3},
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "ROWS_AHEAD": True, "OWN_SHORT": 1, "MERGE": "last_program"},
+          # the merge kernel as a programmatic dependent (rendered; the interpreter runs it without PDL)
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "PDL": True, "MERGE_SPLIT": 2}],
     MLA: [{}, {"BLOCK_N": 16, "MIN_CHUNK": 16, "VALUE_SPLIT": 4, "MERGE_HEADS": 16, "MERGE_SPLIT": 8},
           {"BLOCK_N": 64, "MIN_CHUNK": 32, "VALUE_SPLIT": 2, "MERGE": "last_program", "NUM_WARPS": 8},
           # short sequences whole, long ones cut: with the merge kernel, and merged by the last program
@@ -63,7 +68,13 @@ KNOBS = {
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 128, "VALUE_SPLIT": 2, "MERGE": "last_program"},
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 1, "WHOLE_SHORT": 2},
           # own programs bounded to two chunks (and 128 tokens)
-          {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 128, "OWN_CHUNKS": 2, "VALUE_SPLIT": 2}],
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "OWN_SHORT": 128, "OWN_CHUNKS": 2, "VALUE_SPLIT": 2},
+          # the latent dimension in pieces (own accumulators, or one with value parts), the row indices a tile ahead
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "LATENT_SPLIT": 2, "ROWS_AHEAD": True},
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "LATENT_SPLIT": 4, "OWN_SHORT": 1},
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "LATENT_SPLIT": 4, "VALUE_SPLIT": 2, "ROWS_AHEAD": True,
+           "MERGE": "last_program"},
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "PDL": True, "ROWS_AHEAD": True}],
 }
 
 # (name, kv lengths, SM count the plan sees). With 32 SMs the chunks are a few dozen tokens long, so
@@ -449,15 +460,16 @@ def test_kernels_compile_for_sm90a():
     """The interpreter cannot catch GPU-only failures (loop-carried types, layouts, shared memory)."""
 
     jobs = [(GQA, {}), (GQA, {"BLOCK_N": 128, "NUM_WARPS": 8, "NUM_STAGES": 4, "MERGE": "last_program"}),
-            (GQA, {"WHOLE_SHORT": 1}),
+            (GQA, {"WHOLE_SHORT": 1}), (GQA, {"ROWS_AHEAD": True, "NUM_STAGES": 4, "PDL": True, "OWN_SHORT": 0}),
             (MLA, {}), (MLA, {"BLOCK_N": 64, "VALUE_SPLIT": 2, "NUM_WARPS": 8, "NUM_STAGES": 3,
                               "MERGE": "last_program"}), (MLA, {"WHOLE_SHORT": 2}),
-            (MLA, {"MERGE_FIT": True, "WHOLE_SHORT": 1})]
+            (MLA, {"MERGE_FIT": True, "WHOLE_SHORT": 1}),
+            (MLA, {"LATENT_SPLIT": 4, "ROWS_AHEAD": True, "PDL": True}), (MLA, {"LATENT_SPLIT": 2, "NUM_STAGES": 5})]
     proc = run_compiled(["-c", _AOT, json.dumps(jobs)], timeout=300)
     skip_without_ptxas(proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     kernels = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(kernels) == 2 + 1 + 2 + 2 + 1 + 2 + 2   # chunk and merge kernels; with last_program no merge kernel
+    assert len(kernels) == 2 + 1 + 2 + 2 + 2 + 1 + 2 + 2 + 2 + 2   # chunk and merge kernels; last_program: no merge kernel
     for k in kernels:
         assert k["shared"] <= 232448, k
 
@@ -467,8 +479,9 @@ def test_kernels_compile_for_sm90a():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("task", [GQA, MLA])
-@pytest.mark.parametrize("knobs", [{}, {"MERGE": "last_program"}, {"MERGE": "last_program", "VALUE_SPLIT": 2}],
-                         ids=["merge-kernel", "last-program", "last-program-split2"])
+@pytest.mark.parametrize("knobs", [{}, {"MERGE": "last_program"}, {"MERGE": "last_program", "VALUE_SPLIT": 2},
+                                   {"PDL": True, "ROWS_AHEAD": True}],
+                         ids=["merge-kernel", "last-program", "last-program-split2", "pdl-rows-ahead"])
 def test_one_captured_graph_serves_any_lengths_with_the_same_shapes(task, knobs):
     """The partition is computed on the device: a CUDA graph captured on one ragged batch replays correctly
     after kv_indptr and kv_indices are rewritten in place for other lengths (same batch, same total),
