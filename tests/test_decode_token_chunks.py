@@ -376,7 +376,7 @@ def test_direct_launch_refused_falls_back_to_the_jit(monkeypatch):
 @pytest.mark.parametrize("knobs,lens,launches", [
     ({}, [40, 5], 1),                               # 45 tokens: one chunk holds every sequence whole
     ({}, [40, 0, 300, 5], 2),                       # several chunks: partials to merge
-    ({"OWN_SHORT": 512}, [40, 0, 300, 5], 1),       # 345 tokens: every sequence has a program of its own
+    ({"OWN_SHORT": 512, "OWN_CHUNKS": 0}, [40, 0, 300, 5], 1),   # 345 tokens: every sequence has its own program
     ({"OWN_SHORT": 128}, [40, 0, 300, 5], 2),       # the 300-token one is cut into chunks
 ])
 def test_a_plan_with_nothing_to_merge_launches_no_merge_kernel(task, knobs, lens, launches, monkeypatch):
@@ -520,7 +520,7 @@ def test_own_chunks_bounds_what_an_own_program_takes(task):
     ragged = (40, 829_017)                          # chunks of thousands of tokens
     for batch, total in [ragged, (1, 208), (16, 457)]:
         chunk = _module(task, {}, 132).__globals__["_plan"](torch.device("cpu"), batch, total).chunk
-        assert limit({"OWN_SHORT": 256}, batch, total) == max(chunk, 256)
+        assert limit({"OWN_SHORT": 256, "OWN_CHUNKS": 0}, batch, total) == max(chunk, 256)
         assert limit({"OWN_SHORT": 256, "OWN_CHUNKS": 3}, batch, total) == min(3 * chunk, 256)
         assert limit({"OWN_SHORT": 0, "OWN_CHUNKS": 3}, batch, total) == -1
     assert limit({"OWN_SHORT": 256, "OWN_CHUNKS": 3}, *ragged) == 256

@@ -1,0 +1,91 @@
+"""Where a token_chunks decode call's GPU time goes, kernel by kernel (issue 23), on the GPU.
+
+    PYTHONPATH=. python3 benchmarks/decode_profile.py mla full_b64_t27332,b16_l1500 '{}' '{"PDL": false}'
+
+For each knob setting (JSON; '{}' is the catalog's defaults) and shape (decode_sweep's timing shapes or the
+task's `full_*` workload names) it runs the rendered family 30 times after a warm-up under torch.profiler
+and prints one line per CUDA kernel: launches per call and mean microseconds per launch, then the sum of the
+kernels' device time per call beside the wall time of one call (n calls back to back, one synchronisation).
+The gap between the two is launch and scheduling overhead; the split between the chunk and the merge kernel
+says which one a change should target. Why: decode_sweep gives one number per (variant, shape), which did
+not tell whether MLA's 64-sequence rows (0.62-0.78x FlashInfer on an H100, session 26) lose in the chunk
+kernel's row loop or around it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import defaultdict
+from typing import Any
+
+CALLS = 30
+
+
+def _fail(message: str) -> int:
+    print(f"decode_profile: {message}", file=sys.stderr)
+    return 2
+
+
+def profile(task_key: str, shape_names: list[str], settings: list[dict[str, Any]]) -> list[str]:
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from benchmarks.decode_sweep import FAMILY, GQA, MLA, Variant, args_of, load_variant, make_workload, timing_shapes
+    from ksearch.task import load_task
+
+    task = load_task({"gqa": GQA, "mla": MLA}[task_key])
+    shapes = dict(timing_shapes(task, dry=False, only=shape_names))
+    lines = []
+    for knobs in settings:
+        run = load_variant(Variant(task.name, f"{FAMILY}{json.dumps(knobs, sort_keys=True)}", FAMILY, knobs))
+        for name in shape_names:
+            inputs = task.make_inputs(make_workload(task, name, shapes[name], dry=False), device="cuda", seed=0)
+            args = args_of(task, inputs)
+            for _ in range(3):
+                run(*args)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(CALLS):
+                run(*args)
+            torch.cuda.synchronize()
+            wall_us = (time.perf_counter() - t0) / CALLS * 1e6
+            with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(CALLS):
+                    run(*args)
+                torch.cuda.synchronize()
+            kernels: dict[str, list[float]] = defaultdict(list)
+            for e in prof.events():
+                if e.device_type.name == "CUDA":
+                    kernels[e.name[:40]].append(e.device_time)
+            total = sum(sum(v) for v in kernels.values()) / CALLS
+            lines.append(f"{json.dumps(knobs, sort_keys=True):60} {name:22} kernels {total:7.1f} us/call, "
+                         f"wall {wall_us:7.1f} us/call")
+            for k, v in sorted(kernels.items(), key=lambda kv: -sum(kv[1])):
+                lines.append(f"    {k:40} {len(v) / CALLS:4.1f}/call  {sum(v) / len(v):7.1f} us")
+            print("\n".join(lines[-1 - len(kernels):]), flush=True)
+            del inputs, args
+            torch.cuda.empty_cache()
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) < 2 or argv[0] not in ("gqa", "mla"):
+        return _fail("usage: decode_profile.py gqa|mla SHAPE[,SHAPE...] [KNOBS_JSON ...]")
+    try:
+        settings = [json.loads(a) for a in argv[2:]] or [{}]
+    except json.JSONDecodeError as e:
+        return _fail(f"knob settings must be JSON objects such as '{{\"PDL\": false}}': {e}")
+    import torch
+
+    if not torch.cuda.is_available():
+        return _fail("needs a CUDA device")
+    profile(argv[0], [s for s in argv[1].split(",") if s], settings)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
