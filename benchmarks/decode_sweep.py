@@ -66,20 +66,22 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         # the default since session 25 (H100: 1.03 / 0.96 against 1.00 / 0.93 off); session 25: short sequences in
         # programs of their own (the `full` set's b1 rows of a few tokens: 0.45-0.72x FlashInfer's tensor cores)
         # OWN_SHORT 256 the default since session 25 (1.07 / 0.97 against 0.97 / 0.61 off); bounded by OWN_CHUNKS next
-        # session 26: the K/V gathers pipelined a tile ahead (ROWS_AHEAD: two buffers at 3 stages, one before)
-        # and the merge kernel launched as a programmatic dependent of the chunk kernel (PDL)
-        {"ROWS_AHEAD": True, "NUM_STAGES": 3}, {"PDL": True}, {"ROWS_AHEAD": True, "NUM_STAGES": 3, "PDL": True},
-        {"ROWS_AHEAD": True, "NUM_STAGES": 4}, {"ROWS_AHEAD": True},
+        # session 26: the merge kernel launched as a programmatic dependent of the chunk kernel, PDL, the default
+        # since (H100, 10 shapes: 1.08 / 0.98 against 1.04 / 0.97; `full` under the judge 1.042 -> 1.105x); the
+        # K/V gathers a tile ahead (ROWS_AHEAD: two buffers at 3 stages, one before) gave nothing on GQA
+        # (1.08 / 0.91 with PDL; 1.04 / 0.91 and, with 4 stages, 1.03 / 1.00 without)
+        {"PDL": False}, {"ROWS_AHEAD": True, "NUM_STAGES": 3},
         {"OWN_SHORT": 0}, {"OWN_CHUNKS": 3}, {"OWN_SHORT": 512, "OWN_CHUNKS": 3}, {"CHUNK_ALIGN": False},
         {"OWN_SHORT": 1},
         # (dropped in session 25 after its H100 sweep: WHOLE_SHORT 1, 0.99 / 0.87; MERGE_FIT + WHOLE_SHORT 2, 0.97 / 0.68;
         # OWN_SHORT 512, 1.07 / 0.96)
         {"CHUNK_ALIGN": True, "MERGE_FIT": True}, {"MERGE_FIT": True},
         {"MERGE_FIT": True, "WHOLE_SHORT": 1}, {"WHOLE_SHORT": 2},
-        {"PROGRAMS_PER_SM": 2, "MERGE_SPLIT": 1}, {"PROGRAMS_PER_SM": 8}, {"PROGRAMS_PER_SM": 4},
+        {"PROGRAMS_PER_SM": 8}, {"PROGRAMS_PER_SM": 4},
         {"MERGE_SPLIT": 2}, {"MERGE_SPLIT": 1}, {"BLOCK_N": 32, "MIN_CHUNK": 32}, {"BLOCK_N": 128, "NUM_WARPS": 8},
         {"BLOCK_N": 128, "NUM_WARPS": 8, "PROGRAMS_PER_SM": 1}, {"MIN_CHUNK": 128}, {"MIN_CHUNK": 256},
-        {"NUM_STAGES": 3}, {"NUM_WARPS": 8}, {"MERGE": "last_program"}, {"CACHED_LAUNCH": False},
+        {"NUM_WARPS": 8}, {"MERGE": "last_program"}, {"CACHED_LAUNCH": False},
+        # (dropped in session 26 to keep the grid within one call: PROGRAMS_PER_SM 2 with MERGE_SPLIT 1, NUM_STAGES 3)
     ],
     MLA: [
         # defaults: MERGE_SPLIT 8 with NUM_STAGES 3 since the H100 sweep of 2026-12-06 (0.97 / 0.77x geomean /
@@ -94,24 +96,22 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         # programs of their own (the `full` set's 16 x ~30 tokens: 0.43x, chunks holding 2-3 sequences each), off
         # by default (on the whole `full` set it lost the ragged 40 and a 208-token batch-1 row); bounded by
         # OWN_CHUNKS next
-        # session 26: the row tile loop's latency (~2-3 us a 32-row tile on an H100 where a few tiles decide the
-        # time): the gathers pipelined a (ROWS_AHEAD, or 5 stages), q.k in independent MMA chains; the merge kernel launched early (PDL)
-        {"ROWS_AHEAD": True}, {"ROWS_AHEAD": True, "PDL": True}, {"PDL": True}, {"ROWS_AHEAD": True, "LATENT_SPLIT": 2},
-        {"LATENT_SPLIT": 2}, {"NUM_STAGES": 5},
-        {"ROWS_AHEAD": True, "LATENT_SPLIT": 4}, {"ROWS_AHEAD": True, "NUM_STAGES": 4},
-        {"ROWS_AHEAD": True, "BLOCK_N": 64, "NUM_WARPS": 8}, {"ROWS_AHEAD": True, "OWN_SHORT": 256, "OWN_CHUNKS": 3},
-        {"ROWS_AHEAD": True, "LATENT_SPLIT": 2, "OWN_SHORT": 256, "OWN_CHUNKS": 3},
-        {"OWN_SHORT": 256, "OWN_CHUNKS": 3}, {"OWN_SHORT": 512, "OWN_CHUNKS": 3}, {"OWN_SHORT": 256, "OWN_CHUNKS": 2},
-        {"OWN_SHORT": 256}, {"CHUNK_ALIGN": False},
+        # session 26: the row tile loop (~2-3 us a 32-row tile on an H100 where a few tiles decide the time): the
+        # gathers a tile ahead (ROWS_AHEAD), q.k as independent MMA chains (LATENT_SPLIT), the merge kernel launched
+        # as a programmatic dependent (PDL), OWN_SHORT 256 bounded by OWN_CHUNKS 3: all the default since (H100, 12
+        # shapes with the `full` set's weak rows: 0.92 / 0.66 with all but PDL, against 0.77 / 0.44 at the old
+        # defaults; `full` under the judge 0.845 -> 0.929x, and 0.952x with PDL). Each taken back alone next;
+        # (dropped after that sweep: NUM_STAGES 5, 0.76 / 0.42; ROWS_AHEAD with 4 stages, 0.72 / 0.43, or with 64
+        # rows and 8 warps, 0.73 / 0.41; LATENT_SPLIT 4 with ROWS_AHEAD, 0.81 / 0.48 against 0.80 / 0.47 at 2)
+        {"PDL": False}, {"ROWS_AHEAD": False}, {"LATENT_SPLIT": 1}, {"LATENT_SPLIT": 4}, {"OWN_SHORT": 0},
+        {"OWN_CHUNKS": 2}, {"OWN_CHUNKS": 4}, {"OWN_SHORT": 512}, {"CHUNK_ALIGN": False},
         # (dropped in session 25 after its H100 sweep: MERGE_FIT off, 0.86 / 0.55; CHUNK_ALIGN with one program
         # per SM, 0.84 / 0.70; OWN_SHORT 512, 0.88 / 0.54; OWN_SHORT 1, 0.83 / 0.47)
-        {"MIN_CHUNK": 256}, {"WHOLE_SHORT": 2}, {"WHOLE_SHORT": 1},
-        {"MERGE_SPLIT": 1, "NUM_STAGES": 2}, {"NUM_STAGES": 2}, {"MERGE_SPLIT": 4},
-        {"MIN_CHUNK": 128}, {"MIN_CHUNK": 32},
-        {"BLOCK_N": 64}, {"BLOCK_N": 64, "NUM_WARPS": 8}, {"BLOCK_N": 64, "NUM_STAGES": 2}, {"NUM_WARPS": 8},
-        {"PROGRAMS_PER_SM": 1}, {"PROGRAMS_PER_SM": 4},
-        {"VALUE_SPLIT": 2}, {"MERGE_HEADS": 8},
-        {"MERGE": "last_program"}, {"CACHED_LAUNCH": False},
+        {"MIN_CHUNK": 128}, {"MIN_CHUNK": 32}, {"WHOLE_SHORT": 1}, {"NUM_STAGES": 2}, {"MERGE_SPLIT": 4},
+        {"BLOCK_N": 64, "NUM_WARPS": 8}, {"NUM_WARPS": 8}, {"PROGRAMS_PER_SM": 1}, {"PROGRAMS_PER_SM": 4},
+        {"VALUE_SPLIT": 2}, {"MERGE_HEADS": 8}, {"MERGE": "last_program"}, {"CACHED_LAUNCH": False},
+        # (dropped in session 26 to keep the grid within one call: MIN_CHUNK 256, WHOLE_SHORT 2, MERGE_SPLIT 1 with
+        # 2 stages, BLOCK_N 64 alone or with 2 stages)
         # dropped after the H100 sweeps of sessions 14 and 15 (0.24-0.65x geomean): VALUE_SPLIT 4, VALUE_SPLIT 2
         # with 8 warps, one program per SM or 64 rows, last_program with VALUE_SPLIT 2 and 8 warps, fine chunks
         # (4 per SM, 32 tokens, 16 rows), BLOCK_N 16, NUM_STAGES 1, MERGE_HEADS 16 (0.65 with MERGE_SPLIT 8); in session 25, to keep
