@@ -79,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = [json.loads(a) for a in argv[2:]] or [{}]
     except json.JSONDecodeError as e:
         return _fail(f"knob settings must be JSON objects such as '{{\"PDL\": false}}': {e}")
+    if not all(isinstance(s, dict) for s in settings):
+        return _fail("knob settings must be JSON objects such as '{\"PDL\": false}'")
     import torch
 
     if not torch.cuda.is_available():

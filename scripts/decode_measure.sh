@@ -9,6 +9,9 @@
 #           workloads did not finish in 206 s with the PyTorch reference timed; bench_sets leaves it untimed)
 #   sweep   the token_chunks knob sweep (benchmarks/decode_sweep.py: the first VARIANTS settings of each task's
 #           grid on SHAPES), in what is left when that is over a minute
+#   profile where one call's GPU time goes, kernel by kernel (benchmarks/decode_profile.py): PROFILE_TASK (default
+#           mla) on PROFILE_SHAPES at the defaults, and at PROFILE_VS too when set (a JSON knob setting, e.g.
+#           '{"PDL": false}'); before the sweep, 90 s at most; only when MEASURE_STEPS names it
 # MEASURE_STEPS="sweep" runs a subset. Sessions 22-24 each wrote this call anew as a scratch script. The logs and
 # results are packed into LOGDIR/logs.tgz (a device call returns only a few files); LOGDIR/summary.txt holds the
 # per-workload rows and the sweep's table.
@@ -32,6 +35,12 @@ budget=$(( $(left) - 30 ))
 # shellcheck disable=SC2086  # SPECS is a list
 step bench $(( budget + 10 )) env TOTAL=$budget LIMIT="${BENCH_LIMIT:-300}" bash scripts/bench_sets.sh "$LOG/bench" $SPECS
 cat "$LOG/bench/summary.txt" >> "$LOG/summary.txt" 2>/dev/null
+
+if [[ " $STEPS " == *" profile "* ]]; then     # only when named
+  PROFILE_SHAPES=${PROFILE_SHAPES:-full_b64_t9945,full_b64_t27332,full_b16_t3817,b256_l512}
+  step profile 90 python3 benchmarks/decode_profile.py "${PROFILE_TASK:-mla}" "$PROFILE_SHAPES" '{}' ${PROFILE_VS:+"$PROFILE_VS"}
+  cat "$LOG/profile.log" >> "$LOG/summary.txt" 2>/dev/null
+fi
 
 budget=$(( $(left) - 30 ))
 if [ $budget -gt 60 ]; then
