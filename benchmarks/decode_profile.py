@@ -28,15 +28,15 @@ def _fail(message: str) -> int:
     return 2
 
 
-def profile(task_key: str, shape_names: list[str], settings: list[dict[str, Any]]) -> list[str]:
+def profile(task_name: str, shape_names: list[str], settings: list[dict[str, Any]]) -> list[str]:
     import torch
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    from benchmarks.decode_sweep import FAMILY, GQA, MLA, Variant, args_of, load_variant, make_workload, timing_shapes
+    from benchmarks.decode_sweep import FAMILY, Variant, args_of, load_variant, make_workload, timing_shapes
     from ksearch.task import load_task
 
-    task = load_task({"gqa": GQA, "mla": MLA}[task_key])
+    task = load_task(task_name)
     shapes = dict(timing_shapes(task, dry=False, only=shape_names))
     lines = []
     for knobs in settings:
@@ -81,11 +81,19 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"knob settings must be JSON objects such as '{{\"PDL\": false}}': {e}")
     if not all(isinstance(s, dict) for s in settings):
         return _fail("knob settings must be JSON objects such as '{\"PDL\": false}'")
+    from benchmarks.decode_sweep import GQA, MLA, SHAPE_NAMES, full_shape_names
+
+    task = {"gqa": GQA, "mla": MLA}[argv[0]]
+    shapes = [s for s in argv[1].split(",") if s]
+    known = set(SHAPE_NAMES) | full_shape_names([task])
+    if not shapes or any(s not in known for s in shapes):
+        return _fail(f"shapes are a comma list of {', '.join(SHAPE_NAMES)} or the task's `full` workload names "
+                     f"(full_...); got {argv[1]!r}")
     import torch
 
     if not torch.cuda.is_available():
         return _fail("needs a CUDA device")
-    profile(argv[0], [s for s in argv[1].split(",") if s], settings)
+    profile(task, shapes, settings)
     return 0
 
 

@@ -1,4 +1,5 @@
-"""benchmarks/decode_profile.py off the GPU: bad arguments and a machine without CUDA get one line and exit 2."""
+"""benchmarks/decode_profile.py off the GPU: bad arguments (knob settings, shape names) and a machine without CUDA
+get one line and exit 2."""
 
 import sys
 from pathlib import Path
@@ -14,6 +15,8 @@ import decode_profile
     (["xyz", "b1_l546"], "usage"),
     (["mla", "b1_l546", "{not json"], "JSON objects"),
     (["mla", "b1_l546", "[1, 2]"], "JSON objects"),
+    (["mla", "b1_l546,b9_l9"], "comma list"),
+    (["gqa", "full_b16_t457"], "comma list"),      # an MLA `full` workload name, not GQA's
 ])
 def test_bad_arguments_are_one_line_and_exit_2(argv, words, capsys):
     assert decode_profile.main(argv) == 2
