@@ -2,7 +2,8 @@
 
     PYTHONPATH=. python3 benchmarks/decode_profile.py mla full_b64_t27332,b16_l1500 '{}' '{"PDL": false}'
 
-For each knob setting (JSON; '{}' is the catalog's defaults) and shape (decode_sweep's timing shapes or the
+For each knob setting (JSON; '{}' is the catalog's defaults, and the word `flashinfer` profiles the task's
+FlashInfer baselines, planned outside the profiled calls, to see how FlashInfer splits the same work) and shape (decode_sweep's timing shapes or the
 task's `full_*` workload names) it runs the rendered family 30 times after a warm-up under torch.profiler
 and prints one line per CUDA kernel: launches per call and mean microseconds per launch, then the sum of the
 kernels' device time per call beside the wall time of one call (n calls back to back, one synchronisation).
@@ -14,6 +15,7 @@ kernel's row loop or around it.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -21,6 +23,7 @@ from collections import defaultdict
 from typing import Any
 
 CALLS = 30
+BASELINE = "flashinfer"     # the setting that profiles the task's FlashInfer baselines instead of the family
 
 
 def _fail(message: str) -> int:
@@ -28,7 +31,7 @@ def _fail(message: str) -> int:
     return 2
 
 
-def profile(task_name: str, shape_names: list[str], settings: list[dict[str, Any]]) -> list[str]:
+def profile(task_name: str, shape_names: list[str], settings: list[dict[str, Any] | str]) -> list[str]:
     import torch
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
@@ -40,34 +43,43 @@ def profile(task_name: str, shape_names: list[str], settings: list[dict[str, Any
     shapes = dict(timing_shapes(task, dry=False, only=shape_names))
     lines = []
     for knobs in settings:
-        run = load_variant(Variant(task.name, f"{FAMILY}{json.dumps(knobs, sort_keys=True)}", FAMILY, knobs))
+        run = None if isinstance(knobs, str) else load_variant(
+            Variant(task.name, f"{FAMILY}{json.dumps(knobs, sort_keys=True)}", FAMILY, knobs))
         for name in shape_names:
             inputs = task.make_inputs(make_workload(task, name, shapes[name], dry=False), device="cuda", seed=0)
             args = args_of(task, inputs)
-            for _ in range(3):
-                run(*args)
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(CALLS):
-                run(*args)
-            torch.cuda.synchronize()
-            wall_us = (time.perf_counter() - t0) / CALLS * 1e6
-            with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(CALLS):
-                    run(*args)
-                torch.cuda.synchronize()
-            kernels: dict[str, list[float]] = defaultdict(list)
-            for e in prof.events():
-                if e.device_type.name == "CUDA":
-                    kernels[e.name[:40]].append(e.device_time)
-            total = sum(sum(v) for v in kernels.values()) / CALLS
-            lines.append(f"{json.dumps(knobs, sort_keys=True):60} {name:22} kernels {total:7.1f} us/call, "
-                         f"wall {wall_us:7.1f} us/call")
-            for k, v in sorted(kernels.items(), key=lambda kv: -sum(kv[1])):
-                lines.append(f"    {k:40} {len(v) / CALLS:4.1f}/call  {sum(v) / len(v):7.1f} us")
-            print("\n".join(lines[-1 - len(kernels):]), flush=True)
-            del inputs, args
+            calls = ({label: factory(inputs) for label, factory in task.baselines().items()} if run is None
+                     else {json.dumps(knobs, sort_keys=True): functools.partial(run, *args)})
+            for label, call in calls.items():
+                lines += _profile_call(label, name, call, torch, torch_profile, ProfilerActivity)
+            del inputs, args, calls
             torch.cuda.empty_cache()
+    return lines
+
+
+def _profile_call(label: str, shape: str, call, torch, torch_profile, activity) -> list[str]:
+    """Wall time per call, then each CUDA kernel's launches and mean device time per call."""
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(CALLS):
+        call()
+    torch.cuda.synchronize()
+    wall_us = (time.perf_counter() - t0) / CALLS * 1e6
+    with torch_profile(activities=[activity.CUDA]) as prof:
+        for _ in range(CALLS):
+            call()
+        torch.cuda.synchronize()
+    kernels: dict[str, list[float]] = defaultdict(list)
+    for e in prof.events():
+        if e.device_type.name == "CUDA":
+            kernels[e.name[:60]].append(e.device_time)
+    total = sum(sum(v) for v in kernels.values()) / CALLS
+    lines = [f"{label:60} {shape:22} kernels {total:7.1f} us/call, wall {wall_us:7.1f} us/call"]
+    for k, v in sorted(kernels.items(), key=lambda kv: -sum(kv[1])):
+        lines.append(f"    {k:60} {len(v) / CALLS:4.1f}/call  {sum(v) / len(v):7.1f} us")
+    print("\n".join(lines), flush=True)
     return lines
 
 
@@ -76,10 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) < 2 or argv[0] not in ("gqa", "mla"):
         return _fail("usage: decode_profile.py gqa|mla SHAPE[,SHAPE...] [KNOBS_JSON ...]")
     try:
-        settings = [json.loads(a) for a in argv[2:]] or [{}]
+        settings = [a if a == BASELINE else json.loads(a) for a in argv[2:]] or [{}]
     except json.JSONDecodeError as e:
-        return _fail(f"knob settings must be JSON objects such as '{{\"PDL\": false}}': {e}")
-    if not all(isinstance(s, dict) for s in settings):
+        return _fail(f"knob settings must be JSON objects such as '{{\"PDL\": false}}' or {BASELINE}: {e}")
+    if not all(isinstance(s, dict) or s == BASELINE for s in settings):
         return _fail("knob settings must be JSON objects such as '{\"PDL\": false}'")
     from benchmarks.decode_sweep import GQA, MLA, SHAPE_NAMES, full_shape_names
 

@@ -30,3 +30,12 @@ def test_without_cuda_it_says_so(capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert decode_profile.main(["mla", "b1_l546"]) == 2
     assert capsys.readouterr().err.strip() == "decode_profile: needs a CUDA device"
+
+
+def test_the_flashinfer_setting_is_taken(capsys, monkeypatch):
+    """`flashinfer` in place of a knob setting profiles the baselines: it gets past the argument checks."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert decode_profile.main(["mla", "b1_l546", "{}", "flashinfer"]) == 2
+    assert capsys.readouterr().err.strip() == "decode_profile: needs a CUDA device"
