@@ -177,14 +177,33 @@ def variant_name(family: str, knobs: dict[str, Any]) -> str:
     return family + ("" if not knobs else "[" + ",".join(f"{k}={v}" for k, v in sorted(knobs.items())) + "]")
 
 
-def variants_of(task: str, extra: list[str], max_variants: int | None) -> list[Variant]:
-    out = [Variant(task, variant_name(FAMILY, k), FAMILY, k) for k in TOKEN_CHUNK_GRID[task]]
-    out += [Variant(task, variant_name(f, k), f, k, safe) for f, k, safe in EXISTING[task]]
+def variants_of(task: str, extra: list[str], max_variants: int | None,
+                knobs: list[dict[str, Any]] | None = None) -> list[Variant]:
+    """The task's grid (token_chunks settings, then the catalog's other families), or only `knobs` when given."""
+    if knobs is not None:
+        out = [Variant(task, variant_name(FAMILY, k), FAMILY, k) for k in knobs]
+    else:
+        out = [Variant(task, variant_name(FAMILY, k), FAMILY, k) for k in TOKEN_CHUNK_GRID[task]]
+        out += [Variant(task, variant_name(f, k), f, k, safe) for f, k, safe in EXISTING[task]]
     if max_variants is not None:
         out = out[:max_variants]
     for path in extra:
         out.append(Variant(task, f"extra:{Path(path).name}", "extra", {}, True, path))
     return out
+
+
+def parse_knobs(text: str | None) -> list[dict[str, Any]] | None:
+    """--knobs: a JSON list of token_chunks settings (objects); ValueError (one line) for anything else."""
+    if text is None:
+        return None
+    try:
+        got = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--knobs wants a JSON list of objects such as '[{{}}, {{\"PDL\": false}}]': {e}") from None
+    if not isinstance(got, list) or not got or not all(isinstance(k, dict) for k in got):
+        raise ValueError(f"--knobs wants a non-empty JSON list of objects such as '[{{}}, {{\"PDL\": false}}]', "
+                         f"got {text!r}")
+    return got
 
 
 def parse_extra(items: list[str]) -> dict[str, list[str]]:
@@ -534,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="check/compile processes (default: 1 with --dry, else min(12, CPUs))")
     p.add_argument("--shapes", default=None,
                    help="comma list of timing shapes to time (default all): " + ", ".join(SHAPE_NAMES))
+    p.add_argument("--knobs", default=None, metavar="JSON",
+                   help="token_chunks settings to sweep instead of the grid, a JSON list: '[{}, {\"PDL\": false}]'")
     p.add_argument("--extra", action="append", default=[], metavar="TASK=FILE",
                    help="also sweep this solution file (e.g. a run's best/solution.py)")
     args = p.parse_args(argv)
@@ -553,6 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         extra = parse_extra(args.extra)
+        knobs = parse_knobs(args.knobs)
     except ValueError as e:
         print(f"decode_sweep: {e}", file=sys.stderr)
         return 2
@@ -568,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = args.jobs if args.jobs is not None else (1 if args.dry else min(12, os.cpu_count() or 1))
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    all_variants = {t: variants_of(t, extra[t], max_variants) for t in tasks}
+    all_variants = {t: variants_of(t, extra[t], max_variants, knobs) for t in tasks}
     doc: dict[str, Any] = {"environment": environment(args.dry), "argv": sys.argv[1:] if argv is None else argv,
                            "copy_peak_tbs": COPY_PEAK_TBS, "tasks": {}}
     print(f"decode_sweep: {sum(len(v) for v in all_variants.values())} variants; checking "

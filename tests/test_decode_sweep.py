@@ -67,11 +67,22 @@ def test_shapes_picks_the_timing_shapes(tmp_path):
 
 
 @pytest.mark.parametrize("argv", [["--tasks", "gqa,xyz"], ["--extra", "nope=/does/not/exist"],
-                                  ["--shapes", "b3_l20,b9_l9"]])
+                                  ["--shapes", "b3_l20,b9_l9"], ["--knobs", "{not json"], ["--knobs", "[]"],
+                                  ["--knobs", '{"PDL": false}'], ["--knobs", "[1]"]])
 def test_bad_arguments_exit_2_with_one_line(tmp_path, argv, capsys):
     assert decode_sweep.main([str(tmp_path), "--dry", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("decode_sweep: ") and "\n" not in err
+
+
+def test_knobs_replace_the_grid(tmp_path):
+    """--knobs sweeps exactly the settings given (token_chunks only, in order), not the task's grid."""
+    out = tmp_path / "out"
+    assert decode_sweep.main([str(out), "--dry", "--tasks", "mla", "--shapes", "b3_l20",
+                              "--knobs", '[{"BLOCK_N": 16}, {"BLOCK_N": 16, "PARTIAL_BF16": true}]']) == 0
+    res = json.loads((out / "decode_sweep.json").read_text())["tasks"][decode_sweep.MLA]
+    assert [v["knobs"] for v in res["variants"]] == [{"BLOCK_N": 16}, {"BLOCK_N": 16, "PARTIAL_BF16": True}]
+    assert all(v["check"]["status"] == "ok" for v in res["variants"])
 
 
 def test_a_full_workload_name_is_a_timing_shape_of_the_task_that_has_it():

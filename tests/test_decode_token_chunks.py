@@ -74,7 +74,10 @@ KNOBS = {
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "LATENT_SPLIT": 4, "OWN_SHORT": 1},
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "LATENT_SPLIT": 4, "VALUE_SPLIT": 2, "ROWS_AHEAD": True,
            "MERGE": "last_program"},
-          {"BLOCK_N": 16, "MIN_CHUNK": 16, "PDL": True, "ROWS_AHEAD": True}],
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "PDL": True, "ROWS_AHEAD": True},
+          # bfloat16 partials, merged by the merge kernel and by the last program of a value part
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "PARTIAL_BF16": True, "MERGE_SPLIT": 2},
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "PARTIAL_BF16": True, "VALUE_SPLIT": 2, "MERGE": "last_program"}],
 }
 
 # (name, kv lengths, SM count the plan sees). With 32 SMs the chunks are a few dozen tokens long, so
@@ -464,12 +467,13 @@ def test_kernels_compile_for_sm90a():
             (MLA, {}), (MLA, {"BLOCK_N": 64, "VALUE_SPLIT": 2, "NUM_WARPS": 8, "NUM_STAGES": 3,
                               "MERGE": "last_program"}), (MLA, {"WHOLE_SHORT": 2}),
             (MLA, {"MERGE_FIT": True, "WHOLE_SHORT": 1}),
-            (MLA, {"LATENT_SPLIT": 4, "ROWS_AHEAD": True, "PDL": True}), (MLA, {"LATENT_SPLIT": 2, "NUM_STAGES": 5})]
+            (MLA, {"LATENT_SPLIT": 4, "ROWS_AHEAD": True, "PDL": True}), (MLA, {"LATENT_SPLIT": 2, "NUM_STAGES": 5}),
+            (MLA, {"PARTIAL_BF16": True})]
     proc = run_compiled(["-c", _AOT, json.dumps(jobs)], timeout=300)
     skip_without_ptxas(proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     kernels = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(kernels) == 2 + 1 + 2 + 2 + 2 + 1 + 2 + 2 + 2 + 2   # chunk and merge kernels; last_program: no merge kernel
+    assert len(kernels) == 2 + 1 + 2 + 2 + 2 + 1 + 2 + 2 + 2 + 2 + 2   # chunk and merge kernels; last_program: no merge kernel
     for k in kernels:
         assert k["shared"] <= 232448, k
 
