@@ -103,13 +103,21 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         # defaults; `full` under the judge 0.845 -> 0.929x, and 0.952x with PDL). Each taken back alone next;
         # (dropped after that sweep: NUM_STAGES 5, 0.76 / 0.42; ROWS_AHEAD with 4 stages, 0.72 / 0.43, or with 64
         # rows and 8 warps, 0.73 / 0.41; LATENT_SPLIT 4 with ROWS_AHEAD, 0.81 / 0.48 against 0.80 / 0.47 at 2)
+        # session 27 (H100): the merge kernel was 7-24 us beside the chunk kernel's 15-34 us at 64 sequences of a few
+        # hundred tokens (decode_profile); MERGE=last_program lifted those rows 0.64-0.74 -> 0.80-0.93x but fell to
+        # 0.36-0.52x under the judge on a few long sequences; sequences of few partials merged by their last
+        # program (LAST_MERGE_MAX 8: 0.90 / 0.72 against 0.90 / 0.63, its first form fencing every partial) and
+        # bf16 partials (slower with the merge kernel, faster with last_program) first, to be measured again
+        {"LAST_MERGE_MAX": 8}, {"LAST_MERGE_MAX": 8, "PARTIAL_BF16": True}, {"LAST_MERGE_MAX": 4},
         {"PDL": False}, {"ROWS_AHEAD": False}, {"LATENT_SPLIT": 1}, {"LATENT_SPLIT": 4}, {"OWN_SHORT": 0},
         {"OWN_CHUNKS": 2}, {"OWN_CHUNKS": 4}, {"OWN_SHORT": 512}, {"CHUNK_ALIGN": False},
         # (dropped in session 25 after its H100 sweep: MERGE_FIT off, 0.86 / 0.55; CHUNK_ALIGN with one program
         # per SM, 0.84 / 0.70; OWN_SHORT 512, 0.88 / 0.54; OWN_SHORT 1, 0.83 / 0.47)
         {"MIN_CHUNK": 128}, {"MIN_CHUNK": 32}, {"WHOLE_SHORT": 1}, {"NUM_STAGES": 2}, {"MERGE_SPLIT": 4},
-        {"BLOCK_N": 64, "NUM_WARPS": 8}, {"NUM_WARPS": 8}, {"PROGRAMS_PER_SM": 1}, {"PROGRAMS_PER_SM": 4},
-        {"VALUE_SPLIT": 2}, {"MERGE_HEADS": 8}, {"MERGE": "last_program"}, {"CACHED_LAUNCH": False},
+        {"BLOCK_N": 64, "NUM_WARPS": 8}, {"NUM_WARPS": 8}, {"PROGRAMS_PER_SM": 4},
+        {"MERGE": "last_program"}, {"CACHED_LAUNCH": False},
+        # (dropped in session 27 after its H100 sweep, each with bf16 partials against 0.75 / 0.53 for those alone:
+        # VALUE_SPLIT 2, 0.59 / 0.45; MERGE_HEADS 8, 0.71 / 0.51; PROGRAMS_PER_SM 1, 0.71 / 0.56)
         # (dropped in session 26 to keep the grid within one call: MIN_CHUNK 256, WHOLE_SHORT 2, MERGE_SPLIT 1 with
         # 2 stages, BLOCK_N 64 alone or with 2 stages)
         # dropped after the H100 sweeps of sessions 14 and 15 (0.24-0.65x geomean): VALUE_SPLIT 4, VALUE_SPLIT 2
