@@ -2,8 +2,7 @@
 
     PYTHONPATH=. python3 benchmarks/decode_profile.py mla full_b64_t27332,b16_l1500 '{}' '{"PDL": false}'
 
-For each knob setting (JSON; '{}' is the catalog's defaults, and the word `flashinfer` profiles the task's
-FlashInfer baselines, planned outside the profiled calls, to see how FlashInfer splits the same work) and shape (decode_sweep's timing shapes or the
+For each knob setting (JSON; '{}' is the catalog's defaults) and shape (decode_sweep's timing shapes or the
 task's `full_*` workload names) it runs the rendered family 30 times after a warm-up under torch.profiler
 and prints one line per CUDA kernel: launches per call and mean microseconds per launch, then the sum of the
 kernels' device time per call beside the wall time of one call (n calls back to back, one synchronisation).
@@ -11,6 +10,9 @@ The gap between the two is launch and scheduling overhead; the split between the
 says which one a change should target. Why: decode_sweep gives one number per (variant, shape), which did
 not tell whether MLA's 64-sequence rows (0.62-0.78x FlashInfer on an H100, session 26) lose in the chunk
 kernel's row loop or around it.
+
+The word `flashinfer` in place of a knob setting profiles the task's FlashInfer baselines the same way (planned
+before the profiled calls): how many kernels FlashInfer launches for the same work, and how long each takes.
 """
 
 from __future__ import annotations
@@ -86,13 +88,13 @@ def _profile_call(label: str, shape: str, call, torch, torch_profile, activity) 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) < 2 or argv[0] not in ("gqa", "mla"):
-        return _fail("usage: decode_profile.py gqa|mla SHAPE[,SHAPE...] [KNOBS_JSON ...]")
+        return _fail(f"usage: decode_profile.py gqa|mla SHAPE[,SHAPE...] [KNOBS_JSON|{BASELINE} ...]")
     try:
         settings = [a if a == BASELINE else json.loads(a) for a in argv[2:]] or [{}]
     except json.JSONDecodeError as e:
         return _fail(f"knob settings must be JSON objects such as '{{\"PDL\": false}}' or {BASELINE}: {e}")
     if not all(isinstance(s, dict) or s == BASELINE for s in settings):
-        return _fail("knob settings must be JSON objects such as '{\"PDL\": false}'")
+        return _fail(f"knob settings must be JSON objects such as '{{\"PDL\": false}}' or {BASELINE}")
     from benchmarks.decode_sweep import GQA, MLA, SHAPE_NAMES, full_shape_names
 
     task = {"gqa": GQA, "mla": MLA}[argv[0]]

@@ -11,7 +11,8 @@
 #           grid on SHAPES), in what is left when that is over a minute
 #   profile where one call's GPU time goes, kernel by kernel (benchmarks/decode_profile.py): PROFILE_TASK (default
 #           mla) on PROFILE_SHAPES at the defaults, and at PROFILE_VS too when set (a JSON knob setting, e.g.
-#           '{"PDL": false}'); before the sweep, 90 s at most; only when MEASURE_STEPS names it
+#           '{"PDL": false}', or the word flashinfer for FlashInfer's own kernels); before the sweep, 90 s at
+#           most; only when MEASURE_STEPS names it
 # MEASURE_STEPS="sweep" runs a subset. Sessions 22-24 each wrote this call anew as a scratch script. The logs and
 # results are packed into LOGDIR/logs.tgz (a device call returns only a few files); LOGDIR/summary.txt holds the
 # per-workload rows and the sweep's table.
