@@ -38,7 +38,8 @@ def profile(task_name: str, shape_names: list[str], settings: list[dict[str, Any
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    from benchmarks.decode_sweep import FAMILY, Variant, args_of, load_variant, make_workload, timing_shapes
+    from benchmarks.decode_sweep import (FAMILY, Variant, args_of, baseline_calls, load_variant, make_workload,
+                                         timing_shapes)
     from ksearch.task import load_task
 
     task = load_task(task_name)
@@ -50,7 +51,7 @@ def profile(task_name: str, shape_names: list[str], settings: list[dict[str, Any
         for name in shape_names:
             inputs = task.make_inputs(make_workload(task, name, shapes[name], dry=False), device="cuda", seed=0)
             args = args_of(task, inputs)
-            calls = ({label: factory(inputs) for label, factory in task.baselines().items()} if run is None
+            calls = (baseline_calls(task, inputs, dry=False) if run is None
                      else {json.dumps(knobs, sort_keys=True): functools.partial(run, *args)})
             for label, call in calls.items():
                 lines += _profile_call(label, name, call, torch, torch_profile, ProfilerActivity)

@@ -107,8 +107,10 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         # hundred tokens (decode_profile); MERGE=last_program lifted those rows 0.64-0.74 -> 0.80-0.93x but fell to
         # 0.36-0.52x under the judge on a few long sequences; sequences of few partials merged by their last
         # program (LAST_MERGE_MAX 8: 0.90 / 0.72 against 0.90 / 0.63, its first form fencing every partial) and
-        # bf16 partials (slower with the merge kernel, faster with last_program) first, to be measured again
-        {"LAST_MERGE_MAX": 8}, {"LAST_MERGE_MAX": 8, "PARTIAL_BF16": True}, {"LAST_MERGE_MAX": 4},
+        # bf16 partials (slower with the merge kernel, faster with last_program) first, to be measured again; its
+        # losses were on one to five sequences: the same gated on the batch (LAST_MERGE_MIN_BATCH)
+        {"LAST_MERGE_MAX": 8}, {"LAST_MERGE_MAX": 8, "LAST_MERGE_MIN_BATCH": 16},
+        {"LAST_MERGE_MAX": 8, "LAST_MERGE_MIN_BATCH": 16, "PARTIAL_BF16": True}, {"LAST_MERGE_MAX": 4},
         {"PDL": False}, {"ROWS_AHEAD": False}, {"LATENT_SPLIT": 1}, {"LATENT_SPLIT": 4}, {"OWN_SHORT": 0},
         {"OWN_CHUNKS": 2}, {"OWN_CHUNKS": 4}, {"OWN_SHORT": 512}, {"CHUNK_ALIGN": False},
         # (dropped in session 25 after its H100 sweep: MERGE_FIT off, 0.86 / 0.55; CHUNK_ALIGN with one program

@@ -271,13 +271,31 @@ def test_any_program_order_gives_the_same_answer(task, knobs, shuffled_programs)
     assert all(int(c.abs().sum()) == 0 for c in counts.values())
 
 
+def test_last_merge_applies_only_from_its_batch_size():
+    """LAST_MERGE_MIN_BATCH is a per-plan choice: in a batch of 8 sequences those of at most 4 partials are merged
+    by their last chunk program (arrival counters; the merge kernel skips them), in a batch of 2 every cut
+    sequence is left to the merge kernel; both give the reference's answer, and the counters end back at 0."""
+    run = _module(MLA, {"LAST_MERGE_MAX": 4, "LAST_MERGE_MIN_BATCH": 8, "MIN_CHUNK": 16, "BLOCK_N": 16}, 8)
+    g = run.__globals__
+    many = _inputs(MLA, [40, 33, 0, 50, 21, 46, 9, 30], seed=5)    # chunks of 16: 1..4 partials
+    few = _inputs(MLA, [70, 60], seed=6)                    # chunks of 16: 5 partials each
+    for inputs in (many, few, many):
+        res = _check(MLA, run(**inputs), inputs)
+        assert res.passed, f"{res.status} {res.message}"
+    plans = {batch: plan for (_, batch, _), plan in g["_PLANS"].items()}
+    assert plans[8].chunk_consts[0]["LAST_MAX"] == 4 and plans[8].merge[0]["LAST_MAX"] == 4
+    assert plans[2].chunk_consts[0]["LAST_MAX"] == 0 and plans[2].merge[0]["LAST_MAX"] == 0
+    assert g["_COUNTS"] and all(int(c.abs().sum()) == 0 for c in g["_COUNTS"].values())
+
+
 def test_batch_longer_than_one_indptr_scan_block(monkeypatch):
     # Programs count sequences over kv_indptr in blocks of SCAN entries: with SCAN cut to 4, a batch of
     # 11 takes three blocks (the kernels are the same for any SCAN, a compile-time constant).
     lens = [3, 1, 0, 2, 5, 1, 4, 2, 90, 1, 6]
     for task in (GQA, MLA):
         run = _module(task, {"MIN_CHUNK": 16, "BLOCK_N": 16}, 32)
-        monkeypatch.setitem(run.__globals__["_CHUNK_CONSTS"], "SCAN", 4)
+        g = run.__globals__     # MLA keeps the chunk kernel's constants per LAST_MAX (0 at these knobs)
+        monkeypatch.setitem(g["_CHUNK_CONSTS"] if task == GQA else g["_CHUNK_BY_LAST"][0][0], "SCAN", 4)
         inputs = _inputs(task, lens)
         res = _check(task, run(**inputs), inputs)
         assert res.passed, f"{task}: {res.status} {res.message}"
@@ -473,13 +491,15 @@ def test_kernels_compile_for_sm90a():
                               "MERGE": "last_program"}), (MLA, {"WHOLE_SHORT": 2}),
             (MLA, {"MERGE_FIT": True, "WHOLE_SHORT": 1}),
             (MLA, {"LATENT_SPLIT": 4, "ROWS_AHEAD": True, "PDL": True}), (MLA, {"LATENT_SPLIT": 2, "NUM_STAGES": 5}),
-            (MLA, {"PARTIAL_BF16": True, "LAST_MERGE_MAX": 8})]
+            (MLA, {"PARTIAL_BF16": True, "LAST_MERGE_MAX": 8}),
+            (MLA, {"LAST_MERGE_MAX": 8, "LAST_MERGE_MIN_BATCH": 32})]
     proc = run_compiled(["-c", _AOT, json.dumps(jobs)], timeout=300)
     skip_without_ptxas(proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     kernels = json.loads(proc.stdout.strip().splitlines()[-1])
     # chunk and merge kernels; last_program, and LAST_MERGE_MAX 8 on a workload of at most 8 chunks: no merge kernel
-    assert len(kernels) == 2 + 1 + 2 + 2 + 2 + 1 + 2 + 2 + 2 + 2 + 1
+    # (with LAST_MERGE_MIN_BATCH 32 the tiny workload's batch is under it: both kernels, LAST_MAX 0)
+    assert len(kernels) == 2 + 1 + 2 + 2 + 2 + 1 + 2 + 2 + 2 + 2 + 1 + 2
     for k in kernels:
         assert k["shared"] <= 232448, k
 
