@@ -38,8 +38,15 @@ def profile(task_name: str, shape_names: list[str], settings: list[dict[str, Any
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    from benchmarks.decode_sweep import (FAMILY, Variant, args_of, baseline_calls, load_variant, make_workload,
-                                         timing_shapes)
+    from benchmarks.decode_sweep import (
+        FAMILY,
+        Variant,
+        args_of,
+        baseline_calls,
+        load_variant,
+        make_workload,
+        timing_shapes,
+    )
     from ksearch.task import load_task
 
     task = load_task(task_name)
