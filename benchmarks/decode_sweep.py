@@ -107,10 +107,13 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         # hundred tokens (decode_profile); MERGE=last_program lifted those rows 0.64-0.74 -> 0.80-0.93x but fell to
         # 0.36-0.52x under the judge on a few long sequences; sequences of few partials merged by their last
         # program (LAST_MERGE_MAX 8: 0.90 / 0.72 against 0.90 / 0.63, its first form fencing every partial) and
-        # bf16 partials (slower with the merge kernel, faster with last_program) first, to be measured again; its
-        # losses were on one to five sequences: the same gated on the batch (LAST_MERGE_MIN_BATCH)
-        {"LAST_MERGE_MAX": 8}, {"LAST_MERGE_MAX": 8, "LAST_MERGE_MIN_BATCH": 16},
-        {"LAST_MERGE_MAX": 8, "LAST_MERGE_MIN_BATCH": 16, "PARTIAL_BF16": True}, {"LAST_MERGE_MAX": 4},
+        # bf16 partials (slower with the merge kernel, faster with last_program)
+        # session 28 (H200): LAST_MERGE_MAX 8 from a batch of 32 (LAST_MERGE_MIN_BATCH) the default, 0.94 / 0.75
+        # against 0.90 / 0.61 without it; ungated it lost the few-sequence rows (merge code in the chunk kernel costs
+        # every row it runs on), at a batch of 16 the 16 x ~800-token row, with bf16 partials the guard rows
+        # (dropped after that sweep: LAST_MERGE_MAX 8 ungated, 0.89 / 0.72; 8 from 16, 0.93 / 0.73; 16 from 16,
+        # 0.91 / 0.59; 4 from 16, 0.88 / 0.60; 8 from 16 with bf16 partials, 0.89 / 0.69)
+        {"LAST_MERGE_MAX": 0}, {"LAST_MERGE_MIN_BATCH": 64}, {"LAST_MERGE_MAX": 16},
         {"PDL": False}, {"ROWS_AHEAD": False}, {"LATENT_SPLIT": 1}, {"LATENT_SPLIT": 4}, {"OWN_SHORT": 0},
         {"OWN_CHUNKS": 2}, {"OWN_CHUNKS": 4}, {"OWN_SHORT": 512}, {"CHUNK_ALIGN": False},
         # (dropped in session 25 after its H100 sweep: MERGE_FIT off, 0.86 / 0.55; CHUNK_ALIGN with one program

@@ -79,8 +79,9 @@ KNOBS = {
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "PARTIAL_BF16": True, "MERGE_SPLIT": 2},
           {"BLOCK_N": 16, "MIN_CHUNK": 16, "PARTIAL_BF16": True, "VALUE_SPLIT": 2, "MERGE": "last_program"},
           # sequences of few partials merged by their last program, the others by the merge kernel
-          {"BLOCK_N": 16, "MIN_CHUNK": 16, "LAST_MERGE_MAX": 4, "MERGE_SPLIT": 2},
-          {"BLOCK_N": 16, "MIN_CHUNK": 16, "LAST_MERGE_MAX": 4, "VALUE_SPLIT": 2, "PARTIAL_BF16": True}],
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "LAST_MERGE_MAX": 4, "LAST_MERGE_MIN_BATCH": 0, "MERGE_SPLIT": 2},
+          {"BLOCK_N": 16, "MIN_CHUNK": 16, "LAST_MERGE_MAX": 4, "LAST_MERGE_MIN_BATCH": 0, "VALUE_SPLIT": 2,
+           "PARTIAL_BF16": True}],
 }
 
 # (name, kv lengths, SM count the plan sees). With 32 SMs the chunks are a few dozen tokens long, so
@@ -257,7 +258,7 @@ def shuffled_programs(monkeypatch):
     (MLA, {"MERGE": "last_program", "VALUE_SPLIT": 2, "MIN_CHUNK": 16, "BLOCK_N": 16}),
     (MLA, {"MERGE": "last_program", "VALUE_SPLIT": 1, "MIN_CHUNK": 32, "BLOCK_N": 16}),
     (MLA, {"MERGE": "last_program", "WHOLE_SHORT": 2, "MIN_CHUNK": 16, "BLOCK_N": 16}),
-    (MLA, {"LAST_MERGE_MAX": 4, "MIN_CHUNK": 16, "BLOCK_N": 16}),
+    (MLA, {"LAST_MERGE_MAX": 4, "LAST_MERGE_MIN_BATCH": 0, "MIN_CHUNK": 16, "BLOCK_N": 16}),
 ], ids=["gqa-last", "gqa-kernel", "gqa-last-whole-short", "mla-last-split2", "mla-last", "mla-last-whole-short",
         "mla-last-max"])
 def test_any_program_order_gives_the_same_answer(task, knobs, shuffled_programs):
@@ -491,14 +492,15 @@ def test_kernels_compile_for_sm90a():
                               "MERGE": "last_program"}), (MLA, {"WHOLE_SHORT": 2}),
             (MLA, {"MERGE_FIT": True, "WHOLE_SHORT": 1}),
             (MLA, {"LATENT_SPLIT": 4, "ROWS_AHEAD": True, "PDL": True}), (MLA, {"LATENT_SPLIT": 2, "NUM_STAGES": 5}),
-            (MLA, {"PARTIAL_BF16": True, "LAST_MERGE_MAX": 8}),
-            (MLA, {"LAST_MERGE_MAX": 8, "LAST_MERGE_MIN_BATCH": 32})]
+            (MLA, {"PARTIAL_BF16": True, "LAST_MERGE_MAX": 8, "LAST_MERGE_MIN_BATCH": 0}),
+            (MLA, {"LAST_MERGE_MIN_BATCH": 0, "MIN_CHUNK": 16})]
     proc = run_compiled(["-c", _AOT, json.dumps(jobs)], timeout=300)
     skip_without_ptxas(proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     kernels = json.loads(proc.stdout.strip().splitlines()[-1])
     # chunk and merge kernels; last_program, and LAST_MERGE_MAX 8 on a workload of at most 8 chunks: no merge kernel
-    # (with LAST_MERGE_MIN_BATCH 32 the tiny workload's batch is under it: both kernels, LAST_MAX 0)
+    # (the defaults, LAST_MERGE_MAX 8 from a batch of 32, on its batch of 5: LAST_MAX 0; ungated, with 16-token
+    # chunks, a 330-token sequence in 21 partials: both kernels with LAST_MAX 8)
     assert len(kernels) == 2 + 1 + 2 + 2 + 2 + 1 + 2 + 2 + 2 + 2 + 1 + 2
     for k in kernels:
         assert k["shared"] <= 232448, k
