@@ -259,8 +259,10 @@ def shuffled_programs(monkeypatch):
     (MLA, {"MERGE": "last_program", "VALUE_SPLIT": 1, "MIN_CHUNK": 32, "BLOCK_N": 16}),
     (MLA, {"MERGE": "last_program", "WHOLE_SHORT": 2, "MIN_CHUNK": 16, "BLOCK_N": 16}),
     (MLA, {"LAST_MERGE_MAX": 4, "LAST_MERGE_MIN_BATCH": 0, "MIN_CHUNK": 16, "BLOCK_N": 16}),
+    (MLA, {"LAST_MERGE_MAX": 4, "LAST_MERGE_MIN_BATCH": 0, "LAST_MERGE_COLS": 128, "MIN_CHUNK": 16, "BLOCK_N": 16}),
+    (MLA, {"MERGE": "last_program", "VALUE_SPLIT": 2, "LAST_MERGE_COLS": 128, "MIN_CHUNK": 16, "BLOCK_N": 16}),
 ], ids=["gqa-last", "gqa-kernel", "gqa-last-whole-short", "mla-last-split2", "mla-last", "mla-last-whole-short",
-        "mla-last-max"])
+        "mla-last-max", "mla-last-max-cols128", "mla-last-split2-cols128"])
 def test_any_program_order_gives_the_same_answer(task, knobs, shuffled_programs):
     lens = [300, 0, 9, 40, 3, 0, 31, 120]
     run = _module(task, knobs, 32)
@@ -493,7 +495,8 @@ def test_kernels_compile_for_sm90a():
             (MLA, {"MERGE_FIT": True, "WHOLE_SHORT": 1}),
             (MLA, {"LATENT_SPLIT": 4, "ROWS_AHEAD": True, "PDL": True}), (MLA, {"LATENT_SPLIT": 2, "NUM_STAGES": 5}),
             (MLA, {"PARTIAL_BF16": True, "LAST_MERGE_MAX": 8, "LAST_MERGE_MIN_BATCH": 0}),
-            (MLA, {"LAST_MERGE_MIN_BATCH": 0, "MIN_CHUNK": 16})]
+            (MLA, {"LAST_MERGE_MIN_BATCH": 0, "MIN_CHUNK": 16}),
+            (MLA, {"LAST_MERGE_MIN_BATCH": 0, "MIN_CHUNK": 16, "LAST_MERGE_COLS": 256})]
     proc = run_compiled(["-c", _AOT, json.dumps(jobs)], timeout=300)
     skip_without_ptxas(proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -501,7 +504,7 @@ def test_kernels_compile_for_sm90a():
     # chunk and merge kernels; last_program, and LAST_MERGE_MAX 8 on a workload of at most 8 chunks: no merge kernel
     # (the defaults, LAST_MERGE_MAX 8 from a batch of 32, on its batch of 5: LAST_MAX 0; ungated, with 16-token
     # chunks, a 330-token sequence in 21 partials: both kernels with LAST_MAX 8)
-    assert len(kernels) == 2 + 1 + 2 + 2 + 2 + 1 + 2 + 2 + 2 + 2 + 1 + 2
+    assert len(kernels) == 2 + 1 + 2 + 2 + 2 + 1 + 2 + 2 + 2 + 2 + 1 + 2 + 2
     for k in kernels:
         assert k["shared"] <= 232448, k
 
