@@ -90,7 +90,18 @@ def kernels(mod: Any, precision: str) -> list[tuple[str, Any, dict[str, str], di
            "gate_ptr": "*fp16", "num_rows": "i32", "plane": "i32", "dim": "i32", "eps": "fp32"}
     consts = {"H": 128, "MODE": mode, "N_TILES": -(-640 // mod.GEMM_BLOCK_N), "EVEN_K": True,
               "BLOCK_M": mod.GEMM_BLOCK_M, "BLOCK_N": mod.GEMM_BLOCK_N, "BLOCK_K": mod.GEMM_BLOCK_K}
-    out = [("_proj_gemm", mod._proj_gemm, sig, consts, mod.GEMM_WARPS, mod._gemm_stages(mode))]
+    if mode == 4:                   # resident: one program per row block, each D's chunk count compiled apart
+        res_sig = {"x_ptr": "*fp32", "mask_ptr": "*fp32", "w_ptr": "*fp16", "bias_ptr": "*fp32", "lr_ptr": half,
+                   "gate_ptr": "*fp16", "num_rows": "i32", "plane": "i32", "dim": "i32", "eps": "fp32"}
+        out = []
+        for dim in (128, 384):
+            chunk, chunks = mod._resident_chunks(dim)
+            res_consts = {"H": 128, "N_TILES": consts["N_TILES"], "NCH": chunks, "KC": chunk,
+                          "BLOCK_M": mod.GEMM_BLOCK_M, "BLOCK_N": mod.GEMM_BLOCK_N}
+            out.append((f"_proj_resident(D={dim})", mod._proj_resident, res_sig, res_consts, mod.GEMM_WARPS,
+                        mod._gemm_stages(mode, dim)))
+    else:
+        out = [("_proj_gemm", mod._proj_gemm, sig, consts, mod.GEMM_WARPS, mod._gemm_stages(mode))]
     if mode in (0, 1):
         ln_sig = {"x_ptr": "*fp32", "out_ptr": "*fp16" if mode == 0 else "*fp32", "num_rows": "i32", "dim": "i32",
                   "eps": "fp32"}
@@ -138,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             ptx = k.asm["ptx"]
             wgmma = ptx.count("wgmma.mma_async")
-            ok = k.metadata.shared <= SMEM_LIMIT and (wgmma > 0 or name != "_proj_gemm")
+            ok = k.metadata.shared <= SMEM_LIMIT and (wgmma > 0 or not name.startswith("_proj_"))
             bad += not ok
             regs = ptxas_report(ptx) if args.ptxas else "-"
             used = re.search(r"Used (\d+) registers", regs)

@@ -39,6 +39,19 @@ PROJ_ARGS = ("x", "mask", "norm_weight", "norm_bias", "left_proj_weight", "right
 SUBJECTS: list[tuple[str, str, dict[str, Any]]] = [
     ("cublas_defaults", "cublas_contraction", {}),
     ("gemm_defaults", "gemm_input_pass", {}),
+    # resident (session 29): x read once, all five projections from fp16 row chunks kept on chip
+    ("res_bm64_bn64_w4", "gemm_input_pass", {"input_mode": "resident", "gemm_block_m": 64, "gemm_block_n": 64}),
+    ("res_bm128_bn64_w8", "gemm_input_pass", {"input_mode": "resident", "gemm_block_m": 128, "gemm_block_n": 64,
+                                              "gemm_warps": 8}),
+    ("res_bm64_bn128_w4", "gemm_input_pass", {"input_mode": "resident", "gemm_block_m": 64, "gemm_block_n": 128}),
+    ("res_bm128_bn128_w8", "gemm_input_pass", {"input_mode": "resident", "gemm_block_m": 128,
+                                               "gemm_block_n": 128, "gemm_warps": 8}),
+    ("res_bm64_bn64_w4_s4", "gemm_input_pass", {"input_mode": "resident", "gemm_block_m": 64, "gemm_block_n": 64,
+                                                "gemm_stages": 4}),
+    ("res1_bm64_bn64_w4", "gemm_input_pass", {"input_mode": "resident", "gemm_block_m": 64, "gemm_block_n": 64,
+                                              "resident_max_chunks": 1}),
+    ("res1_bm128_bn64_w8", "gemm_input_pass", {"input_mode": "resident", "gemm_block_m": 128, "gemm_block_n": 64,
+                                               "gemm_warps": 8, "resident_max_chunks": 1}),
     ("gemm_epilogue_stats", "gemm_input_pass", {"input_mode": "epilogue_stats"}),
     ("gemm_stats_prepass", "gemm_input_pass", {"input_mode": "stats_prepass"}),
     # larger tiles: less L2 traffic per FLOP (the weight panel is re-read by every program)

@@ -277,13 +277,15 @@ def test_gemm_input_pass_compiles_to_wgmma_for_hopper():
     from ksearch import PROJECT_ROOT
 
     configs = ["", "input_mode=stats_prepass", "input_mode=epilogue_stats", "gemm_block_n=256,precision=bf16",
-               "input_mode=ln_in_tile,gemm_block_k=128,gemm_block_m=64,gemm_warps=8"]
+               "input_mode=ln_in_tile,gemm_block_k=128,gemm_block_m=64,gemm_warps=8",
+               "input_mode=resident,gemm_block_m=64,gemm_block_n=64"]
     proc = run_compiled([str(PROJECT_ROOT / "benchmarks" / "trimul_hopper_compile.py"),
                          "--no-ptxas", *[a for c in configs for a in ("--knobs", c)]], timeout=600)
     if proc.returncode == 3:
         pytest.skip(proc.stdout[-500:])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("wgmma") >= len(configs)
+    assert proc.stdout.count("_proj_resident(D=") == 2                  # one row chunk, and three
 
 
 def test_gemm_input_pass_folds_the_layernorm_into_the_weights(task, tiny):
@@ -325,6 +327,49 @@ def test_gemm_input_pass_ln_in_tile_only_where_a_row_is_one_k_step(task):
                                   name_hint="trimul_ln_in_tile")
     assert [mod._effective_mode(d) for d in (32, 128, 384, 768)] == [3, 3, 0, 0]
     assert mod._gemm_stages(3) == 1 and mod._gemm_stages(0) == 2      # 96 vs 64 KiB a stage, 160 KiB budget
+
+
+@pytest.mark.parametrize("settings", [{"input_mode": "resident", "gemm_block_m": 64, "gemm_block_n": 64},
+                                      {"input_mode": "resident", "gemm_block_m": 64, "gemm_block_n": 128,
+                                       "resident_max_chunks": 2}],
+                         ids=["three_chunks", "two_chunks"])
+def test_gemm_input_pass_resident_rows_of_several_chunks(task, settings):
+    """input_mode=resident on rows wider than one 128-column chunk: D = 384 (three full chunks), 200 and 300
+    (a ragged last chunk), 768 (past the chunk bound: the ln_fp16 path); masked and Cauchy rows included."""
+    from ksearch.instantiate.loader import load_module_from_source
+    from ksearch.task import Workload
+
+    mod = load_module_from_source(_catalog(task).render("gemm_input_pass", settings), name_hint="trimul_resident")
+    bound = settings.get("resident_max_chunks", 3)
+    for s, b, d, masked, dist in [(9, 1, 384, True, "cauchy"), (5, 2, 200, False, "normal"),
+                                  (7, 1, 300, True, "cauchy"), (4, 1, 768, False, "normal")]:
+        assert mod._effective_mode(d) == (4 if -(-d // 128) <= bound else 0)
+        w = Workload(name=f"r{s}_{b}_{d}", axes={"B": b, "S": s, "D": d},
+                     params={"masked": masked, "distribution": dist})
+        inp = task.make_inputs(w, device=DEVICE, seed=3)
+        result = _rule(task, mod.run(**inp), task.reference(**inp))
+        assert result.passed, (settings, w.name, result.message)
+
+
+def test_gemm_input_pass_resident_row_statistics_survive_extreme_chunks(task):
+    """The resident rows' statistics combine chunk by chunk: a row whose first chunk is constant and whose
+    second holds values near 1e6 (fp16 overflows at 65504) normalises as the reference does, and so does a
+    row that is constant throughout (zero variance: only the LayerNorm's eps)."""
+    from ksearch.instantiate.loader import load_module_from_source
+    from ksearch.task import Workload
+
+    mod = load_module_from_source(_catalog(task).render("gemm_input_pass", {"input_mode": "resident",
+                                                                            "gemm_block_m": 64}),
+                                  name_hint="trimul_resident_extreme")
+    w = Workload(name="r_extreme", axes={"B": 1, "S": 4, "D": 256}, params={"masked": False, "distribution": "normal"})
+    inp = task.make_inputs(w, device=DEVICE, seed=5)
+    x = inp["x"].view(-1, 256)
+    x[0, :128] = 5.0
+    x[0, 128:] = 1e6 * torch.randn(128, device=DEVICE)
+    x[1] = -3.25
+    x[2, 128:] += 4e4
+    result = _rule(task, mod.run(**inp), task.reference(**inp))
+    assert result.passed, result.message
 
 
 def test_dispatch_by_sequence_length_composes_trimul_families(task, tiny):
