@@ -113,10 +113,11 @@ TOKEN_CHUNK_GRID: dict[str, list[dict[str, Any]]] = {
         # every row it runs on), at a batch of 16 the 16 x ~800-token row, with bf16 partials the guard rows
         # (dropped after that sweep: LAST_MERGE_MAX 8 ungated, 0.89 / 0.72; 8 from 16, 0.93 / 0.73; 16 from 16,
         # 0.91 / 0.59; 4 from 16, 0.88 / 0.60; 8 from 16 with bf16 partials, 0.89 / 0.69)
-        # ... and the merge summed 256 value columns at a time (LAST_MERGE_COLS: 227 -> 189 registers at sm_90), which
-        # may let it run ungated or from a smaller batch (LAST_MERGE_MIN_BATCH 64 left out: the grid's one-call bound)
-        {"LAST_MERGE_COLS": 256}, {"LAST_MERGE_COLS": 256, "LAST_MERGE_MIN_BATCH": 0},
-        {"LAST_MERGE_COLS": 256, "LAST_MERGE_MIN_BATCH": 16}, {"LAST_MERGE_MAX": 0},
+        # session 29 (H100): the merge in 256- or 128-column slices (LAST_MERGE_COLS; 227 -> 189 registers at sm_90)
+        # halved the rows that merge in the last program (64 x 155..700 tokens 0.76-0.89 -> 0.35-0.49x at 256,
+        # 0.20-0.31x at 128; 0.78 / 0.35 against 0.96 / 0.76 over session 28's 11 shapes), ungated or from 16 worse
+        # (dropped: LAST_MERGE_COLS 256, 256 ungated, 256 from 16, 128 from 16)
+        {"LAST_MERGE_MAX": 0},
         {"PDL": False}, {"ROWS_AHEAD": False}, {"LATENT_SPLIT": 1}, {"LATENT_SPLIT": 4}, {"OWN_SHORT": 0},
         {"OWN_CHUNKS": 2}, {"OWN_CHUNKS": 4}, {"OWN_SHORT": 512}, {"CHUNK_ALIGN": False},
         # (dropped in session 25 after its H100 sweep: MERGE_FIT off, 0.86 / 0.55; CHUNK_ALIGN with one program

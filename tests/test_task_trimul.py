@@ -335,12 +335,16 @@ def test_gemm_input_pass_ln_in_tile_only_where_a_row_is_one_k_step(task):
                          ids=["three_chunks", "two_chunks"])
 def test_gemm_input_pass_resident_rows_of_several_chunks(task, settings):
     """input_mode=resident on rows wider than one 128-column chunk: D = 384 (three full chunks), 200 and 300
-    (a ragged last chunk), 768 (past the chunk bound: the ln_fp16 path); masked and Cauchy rows included."""
+    (a ragged last chunk), 768 (past the chunk bound: the ln_fp16 path); masked and Cauchy rows included.
+    Rows of at most 128 columns are two halves; one 16-column chunk takes the ln_fp16 path."""
     from ksearch.instantiate.loader import load_module_from_source
     from ksearch.task import Workload
 
     mod = load_module_from_source(_catalog(task).render("gemm_input_pass", settings), name_hint="trimul_resident")
     bound = settings.get("resident_max_chunks", 3)
+    assert [mod._resident_chunks(d) for d in (16, 32, 128, 200, 384)] == [(16, 1), (16, 2), (64, 2), (128, 2),
+                                                                         (128, 3)]
+    assert mod._effective_mode(16) == 0 and mod._effective_mode(32) == 4         # one chunk: the ln_fp16 path
     for s, b, d, masked, dist in [(9, 1, 384, True, "cauchy"), (5, 2, 200, False, "normal"),
                                   (7, 1, 300, True, "cauchy"), (4, 1, 768, False, "normal")]:
         assert mod._effective_mode(d) == (4 if -(-d // 128) <= bound else 0)
