@@ -39,6 +39,18 @@ PROJ_ARGS = ("x", "mask", "norm_weight", "norm_bias", "left_proj_weight", "right
 SUBJECTS: list[tuple[str, str, dict[str, Any]]] = [
     ("cublas_defaults", "cublas_contraction", {}),
     ("gemm_defaults", "gemm_input_pass", {}),
+    # session 29: the out gate h-major beside left/right (one branch-free epilogue), and the persistent GEMM whose
+    # tile and K loops Triton flattens with it (next tile's loads during this tile's epilogue)
+    ("gemm_hmajor", "gemm_input_pass", {"gate_layout": "h_major"}),
+    ("gemm_hmajor_p2", "gemm_input_pass", {"gate_layout": "h_major", "gemm_programs_per_sm": 2}),
+    ("gemm_hmajor_p1", "gemm_input_pass", {"gate_layout": "h_major", "gemm_programs_per_sm": 1}),
+    ("gemm_p2", "gemm_input_pass", {"gemm_programs_per_sm": 2}),
+    ("gemm_hmajor_p2_out32", "gemm_input_pass", {"gate_layout": "h_major", "gemm_programs_per_sm": 2,
+                                                 "out_block_p": 32}),
+    ("gemm_hmajor_p2_bk128", "gemm_input_pass", {"gate_layout": "h_major", "gemm_programs_per_sm": 2,
+                                                 "gemm_block_k": 128}),
+    ("res2_hmajor", "gemm_input_pass", {"gate_layout": "h_major", "input_mode": "resident", "gemm_block_m": 128,
+                                        "gemm_block_n": 64, "gemm_warps": 8, "resident_max_chunks": 2}),
     # resident (session 29): x read once, all five projections from fp16 row chunks kept on chip
     ("res_bm64_bn64_w4", "gemm_input_pass", {"input_mode": "resident", "gemm_block_m": 64, "gemm_block_n": 64}),
     ("res_bm128_bn64_w8", "gemm_input_pass", {"input_mode": "resident", "gemm_block_m": 128, "gemm_block_n": 64,
