@@ -278,7 +278,7 @@ def test_gemm_input_pass_compiles_to_wgmma_for_hopper():
 
     configs = ["", "input_mode=stats_prepass", "input_mode=epilogue_stats", "gemm_block_n=256,precision=bf16",
                "input_mode=ln_in_tile,gemm_block_k=128,gemm_block_m=64,gemm_warps=8",
-               "input_mode=resident,gemm_block_m=64,gemm_block_n=64"]
+               "input_mode=resident,gemm_block_m=64,gemm_block_n=64", "gate_layout=h_major,gemm_programs_per_sm=2"]
     proc = run_compiled([str(PROJECT_ROOT / "benchmarks" / "trimul_hopper_compile.py"),
                          "--no-ptxas", *[a for c in configs for a in ("--knobs", c)]], timeout=600)
     if proc.returncode == 3:
@@ -353,6 +353,42 @@ def test_gemm_input_pass_resident_rows_of_several_chunks(task, settings):
         inp = task.make_inputs(w, device=DEVICE, seed=3)
         result = _rule(task, mod.run(**inp), task.reference(**inp))
         assert result.passed, (settings, w.name, result.message)
+
+
+@pytest.mark.parametrize("settings", [{"gate_layout": "h_major", "gemm_programs_per_sm": 2},
+                                      {"gate_layout": "h_major", "gemm_block_n": 64, "gemm_block_k": 32},
+                                      {"gate_layout": "h_major", "gemm_block_n": 256, "gemm_programs_per_sm": 1},
+                                      {"gemm_programs_per_sm": 1, "gemm_block_n": 64},
+                                      {"gate_layout": "h_major", "input_mode": "resident", "gemm_block_m": 64}],
+                         ids=["h_major_persistent", "h_major_narrow", "h_major_wide_one_tile_a_side",
+                              "row_major_persistent", "h_major_resident"])
+def test_gemm_input_pass_gate_layouts_and_persistent_grid(task, tiny, settings):
+    """The out gate h-major (tiles of constant-one and gate pairs, one epilogue) at every column tile width
+    (4, 2 and 1 tiles a side), and the persistent GEMM grid (4 programs off the GPU, so each walks several
+    tiles, the last ones ragged), on every tiny case."""
+    run = load_entry_point(_catalog(task).render("gemm_input_pass", settings), name_hint="trimul_gate_layouts")
+    for w, inp, ref in tiny:
+        result = _rule(task, run(**inp), ref)
+        assert result.passed, (settings, w.name, result.message)
+
+
+def test_gemm_input_pass_h_major_weights_pair_the_out_gate_with_a_constant_one(task, tiny):
+    from ksearch.instantiate.loader import load_module_from_source
+
+    mod = load_module_from_source(_catalog(task).render("gemm_input_pass", {"gate_layout": "h_major"}),
+                                  name_hint="trimul_h_major_weights")
+    _, inp, _ = tiny[1]
+    names = ("left_proj_weight", "right_proj_weight", "left_gate_weight", "right_gate_weight", "out_gate_weight")
+    w, bias, _ = mod._gemm_weights(inp["norm_weight"], inp["norm_bias"], *(inp[n] for n in names))
+    hidden, dim = inp["left_proj_weight"].shape
+    assert w.shape == (dim, 6 * hidden) and bias.shape == (6 * hidden,)
+    assert torch.all(w[:, 4 * hidden::2] == 0) and torch.all(bias[4 * hidden::2] == 1.0)
+    x = inp["x"].reshape(-1, dim)
+    mean = x.mean(-1, keepdim=True)
+    xhat = (x - mean) / ((x - mean).pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
+    z = xhat * inp["norm_weight"] + inp["norm_bias"]
+    torch.testing.assert_close((xhat @ w.float() + bias)[:, 4 * hidden + 1::2], z @ inp["out_gate_weight"].t(),
+                               rtol=1e-2, atol=1e-2)
 
 
 def test_gemm_input_pass_resident_row_statistics_survive_extreme_chunks(task):
