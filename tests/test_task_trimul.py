@@ -288,6 +288,17 @@ def test_gemm_input_pass_compiles_to_wgmma_for_hopper():
     assert proc.stdout.count("_proj_resident(D=") == 2                  # one row chunk, and three
 
 
+WEIGHT_NAMES = ("left_proj_weight", "right_proj_weight", "left_gate_weight", "right_gate_weight", "out_gate_weight")
+
+
+def _weights_and_xhat(mod, inp):
+    """The module's folded GEMM weights for a case's inputs, and the case's rows normalised in fp32."""
+    w, bias, colsum = mod._gemm_weights(inp["norm_weight"], inp["norm_bias"], *(inp[n] for n in WEIGHT_NAMES))
+    x = inp["x"].reshape(-1, inp["x"].shape[-1])
+    mean = x.mean(-1, keepdim=True)
+    return w, bias, colsum, (x - mean) / ((x - mean).pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
+
+
 def test_gemm_input_pass_folds_the_layernorm_into_the_weights(task, tiny):
     """The GEMM's weights carry the LayerNorm scale and its bias the shift: xhat . w + bias reproduces the
     five projections of LN(x), in the interleaved (projection, gate) column order."""
@@ -296,16 +307,12 @@ def test_gemm_input_pass_folds_the_layernorm_into_the_weights(task, tiny):
     mod = load_module_from_source(_catalog(task).render("gemm_input_pass", {"input_mode": "epilogue_stats"}),
                                   name_hint="trimul_gemm_weights")
     _, inp, _ = tiny[1]
-    names = ("left_proj_weight", "right_proj_weight", "left_gate_weight", "right_gate_weight", "out_gate_weight")
-    w, bias, colsum = mod._gemm_weights(inp["norm_weight"], inp["norm_bias"], *(inp[n] for n in names))
+    w, bias, colsum, xhat = _weights_and_xhat(mod, inp)
     hidden, dim = inp["left_proj_weight"].shape
     assert w.shape == (dim, 5 * hidden) and w.dtype == torch.bfloat16 and bias.shape == colsum.shape == (5 * hidden,)
-    x = inp["x"].reshape(-1, dim)
-    mean = x.mean(-1, keepdim=True)
-    xhat = (x - mean) / ((x - mean).pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
     got = xhat @ w.float() + bias
     z = xhat * inp["norm_weight"] + inp["norm_bias"]
-    want = {n: z @ inp[n].t() for n in names}
+    want = {n: z @ inp[n].t() for n in WEIGHT_NAMES}
     tol = {"rtol": 3e-2, "atol": 3e-2}                                     # bf16 weights
     torch.testing.assert_close(got[:, 0:2 * hidden:2], want["left_proj_weight"], **tol)
     torch.testing.assert_close(got[:, 1:2 * hidden:2], want["left_gate_weight"], **tol)
@@ -314,7 +321,7 @@ def test_gemm_input_pass_folds_the_layernorm_into_the_weights(task, tiny):
     torch.testing.assert_close(got[:, 4 * hidden:], want["out_gate_weight"], **tol)
     torch.testing.assert_close(colsum, w.float().sum(0))
     plain = load_module_from_source(_catalog(task).render("gemm_input_pass", {}), name_hint="trimul_gemm_w16")
-    w16, _, no_colsum = plain._gemm_weights(inp["norm_weight"], inp["norm_bias"], *(inp[n] for n in names))
+    w16, _, no_colsum = plain._gemm_weights(inp["norm_weight"], inp["norm_bias"], *(inp[n] for n in WEIGHT_NAMES))
     assert w16.dtype == torch.float16 and no_colsum is None
     torch.testing.assert_close(w16.float(), w.float(), rtol=1e-2, atol=1e-2)
 
@@ -378,14 +385,10 @@ def test_gemm_input_pass_h_major_weights_pair_the_out_gate_with_a_constant_one(t
     mod = load_module_from_source(_catalog(task).render("gemm_input_pass", {"gate_layout": "h_major"}),
                                   name_hint="trimul_h_major_weights")
     _, inp, _ = tiny[1]
-    names = ("left_proj_weight", "right_proj_weight", "left_gate_weight", "right_gate_weight", "out_gate_weight")
-    w, bias, _ = mod._gemm_weights(inp["norm_weight"], inp["norm_bias"], *(inp[n] for n in names))
+    w, bias, _, xhat = _weights_and_xhat(mod, inp)
     hidden, dim = inp["left_proj_weight"].shape
     assert w.shape == (dim, 6 * hidden) and bias.shape == (6 * hidden,)
     assert torch.all(w[:, 4 * hidden::2] == 0) and torch.all(bias[4 * hidden::2] == 1.0)
-    x = inp["x"].reshape(-1, dim)
-    mean = x.mean(-1, keepdim=True)
-    xhat = (x - mean) / ((x - mean).pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
     z = xhat * inp["norm_weight"] + inp["norm_bias"]
     torch.testing.assert_close((xhat @ w.float() + bias)[:, 4 * hidden + 1::2], z @ inp["out_gate_weight"].t(),
                                rtol=1e-2, atol=1e-2)

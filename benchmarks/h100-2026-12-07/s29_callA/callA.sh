@@ -2,6 +2,7 @@
 # Session 29, call A: MLA decode's LAST_MERGE_COLS (column-sliced last-program merge) against the defaults on
 # session 28's 11 shapes, the pick under the judge on MLA `full` and `validate`; TriMul's two catalog defaults
 # on the H200 (GPUMode timing) for issue 25's starting point.
+# (s29/pick.py was a copy of benchmarks/h200-2026-12-07/s28_callA/pick.py.)
 set -u
 tar xf s29/head.tar
 T0=$(date +%s); TOTAL=${TOTAL:-570}
