@@ -88,10 +88,11 @@ def kernels(mod: Any, precision: str) -> list[tuple[str, Any, dict[str, str], di
     sig = {"a_ptr": "*fp16" if mode == 0 else "*fp32", "stats_ptr": "*fp32", "mask_ptr": "*fp32",
            "w_ptr": "*bf16" if mode == 2 else "*fp16", "bias_ptr": "*fp32", "colsum_ptr": "*fp32", "lr_ptr": half,
            "gate_ptr": "*fp16", "num_rows": "i32", "plane": "i32", "dim": "i32", "eps": "fp32"}
-    columns = 768 if getattr(mod, "GATE_HMAJOR", False) else 640
+    hmajor = mod.GATE_HMAJOR
+    columns = 768 if hmajor else 640
     consts = {"H": 128, "MODE": mode, "N_TILES": -(-columns // mod.GEMM_BLOCK_N), "EVEN_K": True,
               "BLOCK_M": mod.GEMM_BLOCK_M, "BLOCK_N": mod.GEMM_BLOCK_N, "BLOCK_K": mod.GEMM_BLOCK_K,
-              "PERSISTENT": getattr(mod, "GEMM_PROGRAMS_PER_SM", 0) > 0, "UNIFORM": getattr(mod, "GATE_HMAJOR", False)}
+              "PERSISTENT": mod.GEMM_PROGRAMS_PER_SM > 0, "UNIFORM": hmajor}
     if mode == 4:                   # resident: one program per row block, each D's chunk count compiled apart
         res_sig = {"x_ptr": "*fp32", "mask_ptr": "*fp32", "w_ptr": "*fp16", "bias_ptr": "*fp32", "lr_ptr": half,
                    "gate_ptr": "*fp16", "num_rows": "i32", "plane": "i32", "dim": "i32", "eps": "fp32"}
@@ -111,11 +112,11 @@ def kernels(mod: Any, precision: str) -> list[tuple[str, Any, dict[str, str], di
                     8, 1))
     out_sig = {"t_ptr": half, "gate_ptr": "*fp16", "ln_w_ptr": "*fp32", "ln_b_ptr": "*fp32", "wo_ptr": "*fp16",
                "out_ptr": "*fp32", "plane": "i32", "dim": "i32", "eps": "fp32"}
-    if getattr(mod, "GATE_HMAJOR", False):
+    if hmajor:
         out_sig["gate_ptr"] = half
     out.append(("_norm_gate_out", mod._norm_gate_out, out_sig,
                 {"H": 128, "BLOCK_P": mod.OUT_BLOCK_P, "BLOCK_D": mod.OUT_BLOCK_D,
-                 "GATE_HMAJOR": getattr(mod, "GATE_HMAJOR", False)}, mod.OUT_WARPS,
+                 "GATE_HMAJOR": hmajor}, mod.OUT_WARPS,
                 getattr(mod, "OUT_STAGES", 3)))
     return out
 
