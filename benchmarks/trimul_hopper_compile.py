@@ -110,6 +110,11 @@ def kernels(mod: Any, precision: str) -> list[tuple[str, Any, dict[str, str], di
                   "eps": "fp32"}
         out.append(("_ln_rows(D=384)", mod._ln_rows, ln_sig, {"ROWS": 16, "BLOCK_D": 512, "WRITE_XHAT": mode == 0},
                     8, 1))
+    fold_sig = {n: "*fp32" for n in ("lp_ptr", "lg_ptr", "rp_ptr", "rg_ptr", "og_ptr", "nw_ptr", "nb_ptr")}
+    fold_sig.update({"w_ptr": "*bf16" if mode == 2 else "*fp16", "bias_ptr": "*fp32", "colsum_ptr": "*fp32",
+                     "dim": "i32"})
+    out.append(("_fold_weights", mod._fold_weights, fold_sig,
+                {"H": 128, "N": columns, "HMAJOR": hmajor, "COLSUM": mode == 2, "BLOCK_C": 64, "BLOCK_D": 64}, 4, 3))
     out_sig = {"t_ptr": half, "gate_ptr": "*fp16", "ln_w_ptr": "*fp32", "ln_b_ptr": "*fp32", "wo_ptr": "*fp16",
                "out_ptr": "*fp32", "plane": "i32", "dim": "i32", "eps": "fp32"}
     if hmajor:

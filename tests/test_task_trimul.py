@@ -326,6 +326,36 @@ def test_gemm_input_pass_folds_the_layernorm_into_the_weights(task, tiny):
     torch.testing.assert_close(w16.float(), w.float(), rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("knobs", [{}, {"gate_layout": "h_major"}, {"input_mode": "epilogue_stats"}])
+def test_gemm_input_pass_folds_its_weights_in_one_launch_as_the_torch_formula_does(task, tiny, knobs):
+    """`_fold_weights` (one launch instead of a dozen host operations) writes the weights the plain torch
+    formula gives: each column's weight row times the LayerNorm scale, rounded once; the bias W . shift; under
+    h_major the out gate's (zero, gate) pairs with a bias of 1; the column sums of the rounded weights."""
+    from ksearch.instantiate.loader import load_module_from_source
+
+    mod = load_module_from_source(_catalog(task).render("gemm_input_pass", knobs), name_hint="trimul_fold")
+    _, inp, _ = tiny[1]
+    w, bias, colsum = mod._gemm_weights(inp["norm_weight"], inp["norm_bias"], *(inp[n] for n in WEIGHT_NAMES))
+    hidden, dim = inp["left_proj_weight"].shape
+    pairs = [torch.stack([inp[p], inp[g]], dim=1).view(2 * hidden, dim)
+             for p, g in (("left_proj_weight", "left_gate_weight"), ("right_proj_weight", "right_gate_weight"))]
+    og = inp["out_gate_weight"]
+    hmajor = knobs.get("gate_layout") == "h_major"
+    gates = torch.stack([torch.zeros_like(og), og], dim=1).view(2 * hidden, dim) if hmajor else og
+    rows = torch.cat([*pairs, gates])
+    want_w = (rows * inp["norm_weight"]).t().to(w.dtype)
+    want_bias = rows @ inp["norm_bias"]
+    if hmajor:
+        want_bias[4 * hidden::2] = 1.0
+    assert w.shape == want_w.shape and w.is_contiguous()
+    assert torch.equal(w, want_w)
+    torch.testing.assert_close(bias, want_bias, rtol=1e-5, atol=1e-5)
+    if knobs.get("input_mode") == "epilogue_stats":
+        torch.testing.assert_close(colsum, want_w.float().sum(0), rtol=1e-5, atol=1e-5)
+    else:
+        assert colsum is None
+
+
 def test_gemm_input_pass_ln_in_tile_only_where_a_row_is_one_k_step(task):
     from ksearch.instantiate.loader import load_module_from_source
 
