@@ -103,12 +103,24 @@ def kernels(mod: Any, precision: str) -> list[tuple[str, Any, dict[str, str], di
                           "BLOCK_M": mod.GEMM_BLOCK_M, "BLOCK_N": mod.GEMM_BLOCK_N, "UNIFORM": consts["UNIFORM"]}
             out.append((f"_proj_resident(D={dim})", mod._proj_resident, res_sig, res_consts, mod.GEMM_WARPS,
                         mod._gemm_stages(mode, dim)))
+    elif mode == 5:                 # stationary: D <= 128 only (wider rows take the ln_fp16 path)
+        st_sig = {"x_ptr": "*fp32", "mask_ptr": "*fp32", "w_ptr": "*fp16", "bias_ptr": "*fp32", "lr_ptr": half,
+                  "gate_ptr": "*fp16", "num_rows": "i32", "plane": "i32", "dim": "i32", "eps": "fp32"}
+        out = []
+        if mod._stationary_fits(128):
+            out.append(("_proj_stationary(D=128)", mod._proj_stationary, st_sig,
+                        {"H": 128, "N_TILES": consts["N_TILES"], "K": mod._stationary_k(128),
+                         "BLOCK_M": mod.GEMM_BLOCK_M, "BLOCK_N": mod.GEMM_BLOCK_N, "STAGES": mod._gemm_stages(5, 128)},
+                        mod.GEMM_WARPS, 3))
+        consts["MODE"] = 0
+        out.append(("_proj_gemm(D=384, ln_fp16)", mod._proj_gemm, {**sig, "a_ptr": "*fp16"}, consts, mod.GEMM_WARPS,
+                    mod._gemm_stages(0)))
     else:
         out = [("_proj_gemm", mod._proj_gemm, sig, consts, mod.GEMM_WARPS, mod._gemm_stages(mode))]
-    if mode in (0, 1):
-        ln_sig = {"x_ptr": "*fp32", "out_ptr": "*fp16" if mode == 0 else "*fp32", "num_rows": "i32", "dim": "i32",
+    if mode in (0, 1, 5):
+        ln_sig = {"x_ptr": "*fp32", "out_ptr": "*fp32" if mode == 1 else "*fp16", "num_rows": "i32", "dim": "i32",
                   "eps": "fp32"}
-        out.append(("_ln_rows(D=384)", mod._ln_rows, ln_sig, {"ROWS": 16, "BLOCK_D": 512, "WRITE_XHAT": mode == 0},
+        out.append(("_ln_rows(D=384)", mod._ln_rows, ln_sig, {"ROWS": 16, "BLOCK_D": 512, "WRITE_XHAT": mode != 1},
                     8, 1))
     fold_sig = {n: "*fp32" for n in ("lp_ptr", "lg_ptr", "rp_ptr", "rg_ptr", "og_ptr", "nw_ptr", "nb_ptr")}
     fold_sig.update({"w_ptr": "*bf16" if mode == 2 else "*fp16", "bias_ptr": "*fp32", "colsum_ptr": "*fp32",

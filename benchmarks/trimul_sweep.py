@@ -39,6 +39,13 @@ PROJ_ARGS = ("x", "mask", "norm_weight", "norm_bias", "left_proj_weight", "right
 SUBJECTS: list[tuple[str, str, dict[str, Any]]] = [
     ("cublas_defaults", "cublas_contraction", {}),
     ("gemm_defaults", "gemm_input_pass", {}),
+    # session 30: the whole weight matrix in shared memory of a persistent program per SM (D <= 128)
+    ("st_bm64_w8_s2", "gemm_input_pass", {"input_mode": "stationary", "gemm_block_m": 64, "gemm_warps": 8,
+                                          "gemm_stages": 2}),
+    ("st_bm64_w4_s2", "gemm_input_pass", {"input_mode": "stationary", "gemm_block_m": 64, "gemm_stages": 2}),
+    ("st_bm128_w8", "gemm_input_pass", {"input_mode": "stationary", "gemm_warps": 8}),
+    ("st_bm64_bn64_w8_s2", "gemm_input_pass", {"input_mode": "stationary", "gemm_block_m": 64, "gemm_block_n": 64,
+                                               "gemm_warps": 8, "gemm_stages": 2}),
     # session 29: the out gate h-major beside left/right (one branch-free epilogue), and the persistent GEMM whose
     # tile and K loops Triton flattens with it (next tile's loads during this tile's epilogue)
     ("gemm_hmajor", "gemm_input_pass", {"gate_layout": "h_major"}),
