@@ -18,7 +18,7 @@ T0=$(date +%s)
 LOG=$OUT; STEPS=""; source scripts/gpu_steps.sh; gpu_env
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,uuid --format=csv,noheader | tee "$OUT/gpu.txt"
 if [ "$WHAT" = sweep ]; then
-  ONLY=${ONLY:-cublas_defaults,gemm_defaults,st_bm64_w8_s2,st_bm64_w4_s2,st_bm128_w8,st_bm64_bn64_w8_s2,gemm_hmajor,gemm_hmajor_p2,gemm_p2,res2_bm128_bn64_w8}
+  ONLY=${ONLY:-cublas_defaults,gemm_defaults,st_bm64_w8_s2,st_bm64_w4_s2,st_bm128_w8,st_bm64_bn64_w8_s2,out_p1,out_p2,out_p2_bp32,st_out_p2,gemm_hmajor_p2}
   timeout ${SWEEP_T:-330} python3 benchmarks/trimul_sweep.py /tmp/tri --only "$ONLY" --budget-s ${SWEEP_B:-290} \
     > "$OUT/trimul_sweep.log" 2>&1
   echo "sweep rc=$? at $(( $(date +%s) - T0 ))s"

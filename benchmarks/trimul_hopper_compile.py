@@ -135,6 +135,15 @@ def kernels(mod: Any, precision: str) -> list[tuple[str, Any, dict[str, str], di
                 {"H": 128, "BLOCK_P": mod.OUT_BLOCK_P, "BLOCK_D": mod.OUT_BLOCK_D,
                  "GATE_HMAJOR": hmajor}, mod.OUT_WARPS,
                 getattr(mod, "OUT_STAGES", 3)))
+    if getattr(mod, "OUT_PROGRAMS_PER_SM", 0):
+        for dim in (128, 384):
+            d_tiles = -(-dim // mod.OUT_BLOCK_D)
+            if d_tiles <= mod.OUT_MAX_D_TILES:
+                out.append((f"_norm_gate_out_persistent(D={dim})", mod._norm_gate_out_persistent,
+                            {k: out_sig.get(k, "i32") for k in ("t_ptr", "gate_ptr", "ln_w_ptr", "ln_b_ptr", "wo_ptr",
+                                                                "out_ptr", "plane", "batches", "dim", "eps")},
+                            {"H": 128, "BLOCK_P": mod.OUT_BLOCK_P, "BLOCK_D": mod.OUT_BLOCK_D, "D_TILES": d_tiles,
+                             "GATE_HMAJOR": hmajor, "STAGES": min(mod.OUT_STAGES, 2)}, mod.OUT_WARPS, 3))
     return out
 
 

@@ -279,7 +279,7 @@ def test_gemm_input_pass_compiles_to_wgmma_for_hopper():
     configs = ["", "input_mode=stats_prepass", "input_mode=epilogue_stats", "gemm_block_n=256,precision=bf16",
                "input_mode=ln_in_tile,gemm_block_k=128,gemm_block_m=64,gemm_warps=8",
                "input_mode=resident,gemm_block_m=64,gemm_block_n=64", "gate_layout=h_major,gemm_programs_per_sm=2",
-               "input_mode=stationary,gemm_block_m=64,gemm_warps=8,gemm_stages=2"]
+               "input_mode=stationary,gemm_block_m=64,gemm_warps=8,gemm_stages=2", "out_programs_per_sm=1"]
     proc = run_compiled([str(PROJECT_ROOT / "benchmarks" / "trimul_hopper_compile.py"),
                          "--no-ptxas", *[a for c in configs for a in ("--knobs", c)]], timeout=600)
     if proc.returncode == 3:
@@ -288,6 +288,7 @@ def test_gemm_input_pass_compiles_to_wgmma_for_hopper():
     assert proc.stdout.count("wgmma") >= len(configs)
     assert proc.stdout.count("_proj_resident(D=") == 2                  # D = 128 (two halves) and 384 (three)
     assert proc.stdout.count("_proj_stationary(D=128)") == 1            # D = 384 takes the ln_fp16 GEMM
+    assert proc.stdout.count("_norm_gate_out_persistent(D=") == 2       # D = 128 and 384
 
 
 WEIGHT_NAMES = ("left_proj_weight", "right_proj_weight", "left_gate_weight", "right_gate_weight", "out_gate_weight")
@@ -451,6 +452,36 @@ def test_gemm_input_pass_stationary_weights(task, settings):
     hmajor = load_module_from_source(_catalog(task).render("gemm_input_pass", {**settings, "gate_layout": "h_major"}),
                                      name_hint="trimul_stationary_hmajor")
     assert hmajor._effective_mode(128) == 0
+
+
+@pytest.mark.parametrize("settings", [{"out_programs_per_sm": 2}, {"out_programs_per_sm": 1, "out_block_d": 128,
+                                                                     "gate_layout": "h_major"}],
+                         ids=["row_major_gate", "h_major_gate"])
+def test_gemm_input_pass_persistent_output_pass(task, settings):
+    """out_programs_per_sm > 0: the output pass as a persistent grid holding to_out (4 programs off the GPU,
+    each walking several position blocks of both batches, the last ragged) where D fits its shared-memory
+    bound (D = 16, 100, 384); D = 768 takes the per-block pass."""
+    from ksearch.instantiate.loader import load_module_from_source
+    from ksearch.task import Workload
+
+    mod = load_module_from_source(_catalog(task).render("gemm_input_pass", settings), name_hint="trimul_out_persistent")
+    launches = []
+    persistent = mod._norm_gate_out_persistent
+
+    class Spy:
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return persistent[grid]
+
+    mod._norm_gate_out_persistent = Spy()
+    for s, b, d, masked, dist in [(9, 2, 100, True, "cauchy"), (5, 2, 16, False, "normal"),
+                                  (3, 1, 384, False, "normal"), (3, 1, 768, True, "normal")]:
+        w = Workload(name=f"o{s}_{b}_{d}", axes={"B": b, "S": s, "D": d}, params={"masked": masked, "distribution": dist})
+        inp = task.make_inputs(w, device=DEVICE, seed=6)
+        before = len(launches)
+        result = _rule(task, mod.run(**inp), task.reference(**inp))
+        assert result.passed, (settings, w.name, result.message)
+        assert len(launches) - before == (0 if d == 768 else 1), (w.name, launches)
 
 
 def test_gemm_input_pass_resident_row_statistics_survive_extreme_chunks(task):
