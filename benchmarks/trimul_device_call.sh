@@ -20,14 +20,14 @@ T0=$(date +%s)
 LOG=$OUT; STEPS=""; source scripts/gpu_steps.sh; gpu_env
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,uuid --format=csv,noheader | tee "$OUT/gpu.txt"
 if [ "$WHAT" = sweep ]; then
-  ONLY=${ONLY:-cublas_defaults,gemm_defaults,st_bm64_w8_s2,st_bm64_w4_s2,st_bm128_w8,st_bm64_bn64_w8_s2,out_p1,out_p2,out_p2_bp32,st_out_p2,gemm_hmajor_p2}
+  ONLY=${ONLY:-cublas_defaults,gemm_defaults,st64,st128,out_p1,out_p2,out_p2_bp32,st64_out_p2,st64_out_p1,gemm_hmajor_p2,gemm_hmajor}
   timeout ${SWEEP_T:-330} python3 benchmarks/trimul_sweep.py /tmp/tri --only "$ONLY" --budget-s ${SWEEP_B:-290} \
     > "$OUT/trimul_sweep.log" 2>&1
   echo "sweep rc=$? at $(( $(date +%s) - T0 ))s"
   cp /tmp/tri/trimul_sweep.json "$OUT/" 2>/dev/null
   grep -v Warning "$OUT/trimul_sweep.log" | cut -c1-200 | grep -v "^ \|^{\|^}\|module\|#-" | tail -40
   timeout ${SPLIT_T:-150} python3 benchmarks/trimul_call_split.py \
-    "st=gemm_input_pass:input_mode~stationary,gemm_block_m~64,gemm_warps~8,gemm_stages~2" > "$OUT/call_split.txt" 2>&1
+    "st=gemm_input_pass:input_mode~stationary" > "$OUT/call_split.txt" 2>&1
   echo "call split rc=$? at $(( $(date +%s) - T0 ))s"; grep "^==" "$OUT/call_split.txt"
 elif [ "$WHAT" = accept ]; then
   R=/tmp/tri_run; rm -rf $R

@@ -109,9 +109,9 @@ def kernels(mod: Any, precision: str) -> list[tuple[str, Any, dict[str, str], di
         out = []
         if mod._stationary_fits(128):
             out.append(("_proj_stationary(D=128)", mod._proj_stationary, st_sig,
-                        {"H": 128, "N_TILES": consts["N_TILES"], "K": mod._stationary_k(128),
-                         "BLOCK_M": mod.GEMM_BLOCK_M, "BLOCK_N": mod.GEMM_BLOCK_N, "STAGES": mod._gemm_stages(5, 128)},
-                        mod.GEMM_WARPS, 3))
+                        {"H": 128, "N_TILES": -(-640 // mod.STATIONARY_BLOCK_N), "K": mod._stationary_k(128),
+                         "BLOCK_M": mod.STATIONARY_BLOCK_M, "BLOCK_N": mod.STATIONARY_BLOCK_N,
+                         "STAGES": mod._gemm_stages(5, 128)}, mod.STATIONARY_WARPS, 3))
         consts["MODE"] = 0
         out.append(("_proj_gemm(D=384, ln_fp16)", mod._proj_gemm, {**sig, "a_ptr": "*fp16"}, consts, mod.GEMM_WARPS,
                     mod._gemm_stages(0)))

@@ -40,18 +40,15 @@ SUBJECTS: list[tuple[str, str, dict[str, Any]]] = [
     ("cublas_defaults", "cublas_contraction", {}),
     ("gemm_defaults", "gemm_input_pass", {}),
     # session 30: the whole weight matrix in shared memory of a persistent program per SM (D <= 128)
-    ("st_bm64_w8_s2", "gemm_input_pass", {"input_mode": "stationary", "gemm_block_m": 64, "gemm_warps": 8,
-                                          "gemm_stages": 2}),
-    ("st_bm64_w4_s2", "gemm_input_pass", {"input_mode": "stationary", "gemm_block_m": 64, "gemm_stages": 2}),
-    ("st_bm128_w8", "gemm_input_pass", {"input_mode": "stationary", "gemm_warps": 8}),
-    ("st_bm64_bn64_w8_s2", "gemm_input_pass", {"input_mode": "stationary", "gemm_block_m": 64, "gemm_block_n": 64,
-                                               "gemm_warps": 8, "gemm_stages": 2}),
+    # (D = 128 cases; the D = 384 cases run the default GEMM)
+    ("st64", "gemm_input_pass", {"input_mode": "stationary"}),
+    ("st128", "gemm_input_pass", {"input_mode": "stationary", "stationary_block_m": 128}),
     # session 30: the output pass persistent, to_out kept in shared memory, the next block's t and gate in flight
     ("out_p1", "gemm_input_pass", {"out_programs_per_sm": 1}),
     ("out_p2", "gemm_input_pass", {"out_programs_per_sm": 2}),
     ("out_p2_bp32", "gemm_input_pass", {"out_programs_per_sm": 2, "out_block_p": 32}),
-    ("st_out_p2", "gemm_input_pass", {"input_mode": "stationary", "gemm_block_m": 64, "gemm_warps": 8,
-                                      "gemm_stages": 2, "out_programs_per_sm": 2}),
+    ("st64_out_p2", "gemm_input_pass", {"input_mode": "stationary", "out_programs_per_sm": 2}),
+    ("st64_out_p1", "gemm_input_pass", {"input_mode": "stationary", "out_programs_per_sm": 1}),
     # session 29: the out gate h-major beside left/right (one branch-free epilogue), and the persistent GEMM whose
     # tile and K loops Triton flattens with it (next tile's loads during this tile's epilogue)
     ("gemm_hmajor", "gemm_input_pass", {"gate_layout": "h_major"}),

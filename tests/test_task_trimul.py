@@ -279,7 +279,7 @@ def test_gemm_input_pass_compiles_to_wgmma_for_hopper():
     configs = ["", "input_mode=stats_prepass", "input_mode=epilogue_stats", "gemm_block_n=256,precision=bf16",
                "input_mode=ln_in_tile,gemm_block_k=128,gemm_block_m=64,gemm_warps=8",
                "input_mode=resident,gemm_block_m=64,gemm_block_n=64", "gate_layout=h_major,gemm_programs_per_sm=2",
-               "input_mode=stationary,gemm_block_m=64,gemm_warps=8,gemm_stages=2", "out_programs_per_sm=1"]
+               "input_mode=stationary", "out_programs_per_sm=1"]
     proc = run_compiled([str(PROJECT_ROOT / "benchmarks" / "trimul_hopper_compile.py"),
                          "--no-ptxas", *[a for c in configs for a in ("--knobs", c)]], timeout=600)
     if proc.returncode == 3:
@@ -427,20 +427,20 @@ def test_gemm_input_pass_h_major_weights_pair_the_out_gate_with_a_constant_one(t
                                rtol=1e-2, atol=1e-2)
 
 
-@pytest.mark.parametrize("settings", [{"input_mode": "stationary", "gemm_block_m": 64, "gemm_stages": 2},
-                                      {"input_mode": "stationary", "gemm_block_n": 64, "gemm_warps": 8}],
-                         ids=["staged_x", "narrow_tiles"])
+@pytest.mark.parametrize("settings", [{"input_mode": "stationary"},
+                                      {"input_mode": "stationary", "stationary_block_m": 128, "gemm_block_n": 64}],
+                         ids=["staged_x", "unstaged_with_narrow_fallback_tiles"])
 def test_gemm_input_pass_stationary_weights(task, settings):
     """input_mode=stationary: a persistent grid (4 programs off the GPU, so each walks several row blocks, the
     last ragged) holding the whole weight matrix, for rows of at most 128 columns (D = 16, 100 padded, 128;
-    masked and Cauchy rows); D = 200 and gate_layout=h_major take the ln_fp16 path. The staged x block
-    only where its fp32 block fits beside the weights (64-row blocks)."""
+    masked and Cauchy rows); D = 200 and gate_layout=h_major take the ln_fp16 path (at the gemm_* tiles).
+    The staged x block only where its fp32 block fits beside the weights (64-row blocks)."""
     from ksearch.instantiate.loader import load_module_from_source
     from ksearch.task import Workload
 
     mod = load_module_from_source(_catalog(task).render("gemm_input_pass", settings), name_hint="trimul_stationary")
     assert [mod._effective_mode(d) for d in (16, 100, 128, 200, 384)] == [5, 5, 5, 0, 0]
-    assert mod._gemm_stages(5, 128) == (2 if settings.get("gemm_stages") == 2 else 1)
+    assert mod._gemm_stages(5, 128) == (2 if mod.STATIONARY_BLOCK_M == 64 else 1)
     assert mod._stationary_smem(128, mod._gemm_stages(5, 128)) <= mod.STATIONARY_SMEM
     for s, b, d, masked, dist in [(9, 1, 128, True, "cauchy"), (5, 2, 16, False, "normal"),
                                   (7, 1, 100, True, "normal"), (3, 1, 200, False, "cauchy")]:
