@@ -646,3 +646,54 @@ def test_sweep_script_smoke(tmp_path):
     traffic, flops = mod.input_pass_work(1, 1024, 384)
     assert traffic == 1024 ** 2 * (4 * 384 + 4 + 6 * 128) and flops == 2 * 1024 ** 2 * 384 * 640
     assert mod.limit_ms(4_200_000_000, 0, 4.2, 790.0) == (1.0, "memory")
+
+
+def test_pick_default_takes_only_a_checked_winner_and_sets_it_in_the_catalog(tmp_path, capsys):
+    """benchmarks/trimul_pick_default.py: a gemm_input_pass subject that beats gemm_defaults by the margin in the
+    same sweep and passed the test set becomes the family's defaults (the catalog's other families, comments
+    and anchors untouched); a near tie, a test-set failure or an unchecked winner does not; a knob shared
+    through an anchor is refused rather than set for every family."""
+    import importlib.util
+    import shutil
+
+    from ksearch import PROJECT_ROOT
+    from ksearch.task.catalog import load_catalog
+
+    spec = importlib.util.spec_from_file_location("trimul_pick_default",
+                                                  PROJECT_ROOT / "benchmarks" / "trimul_pick_default.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def sweep(st_ms, fails, knobs=None):
+        return {"subjects": {"cublas_defaults": {"family": "cublas_contraction", "knobs": {}, "geomean_ms": 0.9},
+                             "gemm_defaults": {"family": "gemm_input_pass", "knobs": {}, "geomean_ms": 1.2},
+                             "st": {"family": "gemm_input_pass", "geomean_ms": st_ms,
+                                    "knobs": knobs or {"input_mode": "stationary", "out_programs_per_sm": 2}},
+                             "broken": {"family": "gemm_input_pass", "knobs": {}, "geomean_ms": None}},
+                "test_set_failures": fails}
+
+    assert mod.pick(sweep(1.0, {"st": []}), 1.03)[0] == {"input_mode": "stationary", "out_programs_per_sm": 2}
+    assert mod.pick(sweep(1.19, {"st": []}), 1.03)[0] is None                  # within the margin
+    assert mod.pick(sweep(1.0, {"st": ["case: wrong"]}), 1.03)[0] is None
+    assert mod.pick(sweep(1.0, {}), 1.03)[0] is None                          # never checked on the test set
+    strategies = tmp_path / "strategies"
+    shutil.copytree(PROJECT_ROOT / "tasks" / TASK / "strategies", strategies)
+    before = {f.name: f.defaults() for f in load_catalog(strategies, TASK).families}
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(sweep(1.0, {"st": []})))
+    assert mod.main([str(path), "--apply", "--strategies", str(strategies)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"input_mode": "stationary", "out_programs_per_sm": 2}
+    after = {f.name: f.defaults() for f in load_catalog(strategies, TASK).families}
+    assert after["gemm_input_pass"] == {**before["gemm_input_pass"], "input_mode": "stationary",
+                                        "out_programs_per_sm": 2}
+    assert {k: v for k, v in after.items() if k != "gemm_input_pass"} == \
+        {k: v for k, v in before.items() if k != "gemm_input_pass"}
+    path.write_text(json.dumps(sweep(1.0, {"st": []}, {"out_block_p": 32})))
+    assert mod.main([str(path), "--apply", "--strategies", str(strategies)]) == 2
+    assert "anchor" in capsys.readouterr().err
+    assert {f.name: f.defaults() for f in load_catalog(strategies, TASK).families} == after     # nothing written
+    path.write_text("not json")
+    assert mod.main([str(path)]) == 2
+    assert mod.main([]) == 2 and mod.main(["--set", "[1]"]) == 2
+    assert mod.main(["--set", '{"stationary_block_m": 128}', "--strategies", str(strategies)]) == 0
+    assert load_catalog(strategies, TASK).family("gemm_input_pass").defaults()["stationary_block_m"] == 128
