@@ -93,22 +93,21 @@ def kernels(mod: Any, precision: str) -> list[tuple[str, Any, dict[str, str], di
     consts = {"H": 128, "MODE": mode, "N_TILES": -(-columns // mod.GEMM_BLOCK_N), "EVEN_K": True,
               "BLOCK_M": mod.GEMM_BLOCK_M, "BLOCK_N": mod.GEMM_BLOCK_N, "BLOCK_K": mod.GEMM_BLOCK_K,
               "PERSISTENT": mod.GEMM_PROGRAMS_PER_SM > 0, "UNIFORM": hmajor}
+    # resident and stationary read x itself (fp32) with fp16 weights
+    x_sig = {"x_ptr": "*fp32", "mask_ptr": "*fp32", "w_ptr": "*fp16", "bias_ptr": "*fp32", "lr_ptr": half,
+             "gate_ptr": "*fp16", "num_rows": "i32", "plane": "i32", "dim": "i32", "eps": "fp32"}
     if mode == 4:                   # resident: one program per row block, each D's chunk count compiled apart
-        res_sig = {"x_ptr": "*fp32", "mask_ptr": "*fp32", "w_ptr": "*fp16", "bias_ptr": "*fp32", "lr_ptr": half,
-                   "gate_ptr": "*fp16", "num_rows": "i32", "plane": "i32", "dim": "i32", "eps": "fp32"}
         out = []
         for dim in (128, 384):
             chunk, chunks = mod._resident_chunks(dim)
             res_consts = {"H": 128, "N_TILES": consts["N_TILES"], "NCH": chunks, "KC": chunk,
                           "BLOCK_M": mod.GEMM_BLOCK_M, "BLOCK_N": mod.GEMM_BLOCK_N, "UNIFORM": consts["UNIFORM"]}
-            out.append((f"_proj_resident(D={dim})", mod._proj_resident, res_sig, res_consts, mod.GEMM_WARPS,
+            out.append((f"_proj_resident(D={dim})", mod._proj_resident, x_sig, res_consts, mod.GEMM_WARPS,
                         mod._gemm_stages(mode, dim)))
     elif mode == 5:                 # stationary: D <= 128 only (wider rows take the ln_fp16 path)
-        st_sig = {"x_ptr": "*fp32", "mask_ptr": "*fp32", "w_ptr": "*fp16", "bias_ptr": "*fp32", "lr_ptr": half,
-                  "gate_ptr": "*fp16", "num_rows": "i32", "plane": "i32", "dim": "i32", "eps": "fp32"}
         out = []
         if mod._stationary_fits(128):
-            out.append(("_proj_stationary(D=128)", mod._proj_stationary, st_sig,
+            out.append(("_proj_stationary(D=128)", mod._proj_stationary, x_sig,
                         {"H": 128, "N_TILES": -(-640 // mod.STATIONARY_BLOCK_N), "K": mod._stationary_k(128),
                          "BLOCK_M": mod.STATIONARY_BLOCK_M, "BLOCK_N": mod.STATIONARY_BLOCK_N,
                          "STAGES": mod._gemm_stages(5, 128)}, mod.STATIONARY_WARPS, 3))

@@ -51,8 +51,8 @@ def apply(catalog_path: Path, knobs: dict[str, Any]) -> None:
                 if lines[i].strip().startswith("- name:") and len(lines[i]) - len(lines[i].lstrip()) == indent),
                len(lines))
     for name, value in knobs.items():
-        at = next((i for i in range(start, end) if lines[i].strip().split(":")[0] == name
-                   and lines[i].rstrip().endswith(":") or lines[i].strip().startswith(f"{name}: *")), None)
+        at = next((i for i in range(start, end)
+                   if lines[i].strip() == f"{name}:" or lines[i].strip().startswith(f"{name}: *")), None)
         if at is None:
             raise ValueError(f"{FAMILY} has no knob {name}")
         if lines[at].strip().startswith(f"{name}: *"):
